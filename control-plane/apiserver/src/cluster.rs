@@ -1,0 +1,177 @@
+//! One running cluster: store, registry, bootstrap objects, in-process controllers and the
+//! HTTPS listener, started and stopped as a unit.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabrik_store::Store;
+use serde_json::json;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::error::ApiError;
+use crate::pki::{Ca, PkiError};
+use crate::registry::{Registry, WriteOptions};
+use crate::resources::Catalog;
+use crate::server::{self, ApiServer, ServeError, Settings};
+
+/// Namespaces every cluster has.
+pub const SYSTEM_NAMESPACES: [&str; 4] =
+    ["default", "kube-system", "kube-public", "kube-node-lease"];
+
+/// Errors starting a cluster.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Certificates.
+    #[error(transparent)]
+    Pki(#[from] PkiError),
+    /// Listener or TLS.
+    #[error(transparent)]
+    Serve(#[from] ServeError),
+    /// Binding the listen address.
+    #[error("failed to listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Creating the bootstrap objects.
+    #[error("failed to create bootstrap objects: {0}")]
+    Bootstrap(#[from] ApiError),
+}
+
+/// How to start a cluster.
+#[derive(Clone, Debug)]
+pub struct ClusterConfig {
+    /// Where to listen (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// Where the CA lives.
+    pub pki_dir: PathBuf,
+    /// API tunables.
+    pub settings: Settings,
+}
+
+/// A started cluster.
+pub struct Cluster {
+    /// The bound address.
+    pub addr: SocketAddr,
+    /// The CA.
+    pub ca: Ca,
+    /// The API server.
+    pub server: Arc<ApiServer>,
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// Creates the system namespaces when missing.
+pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
+    let Some(def) = registry.catalog().get("", "v1", "namespaces") else {
+        return Ok(());
+    };
+    for ns in SYSTEM_NAMESPACES {
+        let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        match registry
+            .create(&def, None, obj, &WriteOptions::default())
+            .await
+        {
+            Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+impl Cluster {
+    /// Starts serving `store`.
+    pub async fn start(
+        store: Arc<dyn Store>,
+        config: ClusterConfig,
+    ) -> Result<Cluster, StartError> {
+        let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
+        bootstrap(&registry).await?;
+        let ca = Ca::load_or_create(&config.pki_dir, "fabrik-ca")?;
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| StartError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let mut hosts = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
+        if !addr.ip().is_unspecified() {
+            hosts.push(addr.ip().to_string());
+        }
+        let serving = ca.issue_server(&hosts)?;
+        let tls = server::tls_config(&serving, ca.cert_pem())?;
+        let (stop, stop_rx) = watch::channel(false);
+        let mut settings = config.settings;
+        settings.server_address = addr.to_string();
+        let server = ApiServer::new(registry.clone(), settings, stop_rx.clone());
+        let mut tasks = Vec::new();
+        let srv = server.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = server::serve(listener, srv, tls, stop_rx, Duration::from_secs(5)).await
+            {
+                tracing::error!(error = %e, "listener stopped");
+            }
+        }));
+        let shutdown = server.shutdown_signal();
+        tasks.push(tokio::spawn(crate::controllers::namespace::run(
+            registry, shutdown,
+        )));
+        Ok(Cluster {
+            addr,
+            ca,
+            server,
+            stop,
+            tasks,
+        })
+    }
+
+    /// `https://127.0.0.1:PORT` (or the bound address).
+    pub fn url(&self) -> String {
+        let host = if self.addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            self.addr.ip().to_string()
+        };
+        match self.addr {
+            SocketAddr::V6(_) if !self.addr.ip().is_unspecified() => {
+                format!("https://[{host}]:{}", self.addr.port())
+            }
+            _ => format!("https://{host}:{}", self.addr.port()),
+        }
+    }
+
+    /// An admin kubeconfig (client certificate in `system:masters`).
+    pub fn admin_kubeconfig(&self, name: &str) -> Result<String, PkiError> {
+        let client = self.ca.issue_client("fabrik-admin", Some("system:masters"))?;
+        Ok(crate::kubeconfig::render(
+            name,
+            &self.url(),
+            self.ca.cert_pem(),
+            &client,
+        ))
+    }
+
+    /// Stops accepting, ends watches, waits for the tasks.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+    }
+}

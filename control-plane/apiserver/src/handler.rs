@@ -1,0 +1,681 @@
+//! The HTTP layer: turns a request into a registry call and the result into a response.
+//! Handlers are infallible: every error becomes a Kubernetes `Status` here, in one place.
+//!
+//! Pipeline, in order: route (`request_info`) → authenticate (caller's identity from the TLS
+//! layer) → decode (size limit, content type) → registry (strategy, store) → encode (JSON,
+//! YAML, Table, metadata).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use fabrik_machinery::fields::FieldSelector;
+use fabrik_machinery::labels::Selector;
+use futures::StreamExt;
+use http::{header, HeaderValue, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
+use serde_json::{json, Value};
+
+use crate::discovery;
+use crate::error::{ApiError, Result};
+use crate::negotiation::{self, BodyType, Output};
+use crate::registry::{
+    self, DeleteOptions, FieldValidation, ListParams, Part, Registry, WatchParams, WriteOptions,
+};
+use crate::request_info::{self, ResourceRequest, Route, Verb};
+use crate::resources::{ResourceDef, Subresource};
+use crate::server::ApiServer;
+use crate::table::{self, IncludeObject};
+
+/// The response body: a whole document or a watch stream.
+pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+/// Requests larger than this are refused with 413 (upstream: 3 MiB).
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// The authenticated caller.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserInfo {
+    /// User name (certificate CN).
+    pub name: String,
+    /// Groups (certificate O).
+    pub groups: Vec<String>,
+}
+
+/// A response being built: status, body, content type, warnings.
+struct Reply {
+    status: StatusCode,
+    body: Body,
+    content_type: &'static str,
+    warnings: Vec<String>,
+}
+
+fn full(bytes: impl Into<Bytes>) -> Body {
+    Full::new(bytes.into()).boxed_unsync()
+}
+
+impl Reply {
+    fn json(status: StatusCode, value: &Value) -> Reply {
+        Reply {
+            status,
+            body: full(serde_json::to_vec(value).unwrap_or_default()),
+            content_type: "application/json",
+            warnings: Vec::new(),
+        }
+    }
+
+    fn encoded(status: StatusCode, value: &Value, output: Output) -> Reply {
+        if output == Output::Yaml {
+            let text = serde_yaml_ng::to_string(value).unwrap_or_default();
+            return Reply {
+                status,
+                body: full(text),
+                content_type: "application/yaml",
+                warnings: Vec::new(),
+            };
+        }
+        Reply::json(status, value)
+    }
+
+    fn text(status: StatusCode, text: String, content_type: &'static str) -> Reply {
+        Reply {
+            status,
+            body: full(text),
+            content_type,
+            warnings: Vec::new(),
+        }
+    }
+
+    fn with_warnings(mut self, warnings: Vec<String>) -> Reply {
+        self.warnings = warnings;
+        self
+    }
+}
+
+/// Query parameters (last value wins, like upstream's decoding for scalars).
+struct Query(HashMap<String, String>);
+
+impl Query {
+    fn parse(query: Option<&str>) -> Query {
+        Query(
+            form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect(),
+        )
+    }
+
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    fn flag(&self, key: &str) -> Result<bool> {
+        match self.get(key) {
+            None | Some("") | Some("false") | Some("0") => Ok(false),
+            Some("true") | Some("1") => Ok(true),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "invalid value {other:?} for {key}: must be a boolean"
+            ))),
+        }
+    }
+
+    fn int(&self, key: &str) -> Result<Option<i64>> {
+        match self.get(key) {
+            None | Some("") => Ok(None),
+            Some(v) => v.parse::<i64>().map(Some).map_err(|_| {
+                ApiError::BadRequest(format!("invalid value {v:?} for {key}: must be an integer"))
+            }),
+        }
+    }
+
+    fn dry_run(&self) -> Result<bool> {
+        match self.get("dryRun") {
+            None | Some("") => Ok(false),
+            Some("All") => Ok(true),
+            Some(other) => Err(ApiError::BadRequest(format!(
+                "Invalid dry run value: {other:?}: supported values: \"All\""
+            ))),
+        }
+    }
+
+    fn write_options(&self) -> Result<WriteOptions> {
+        Ok(WriteOptions {
+            dry_run: self.dry_run()?,
+            field_validation: FieldValidation::parse(self.get("fieldValidation").unwrap_or(""))?,
+        })
+    }
+
+    fn selectors(&self) -> Result<(Selector, FieldSelector)> {
+        let labels = Selector::parse(self.get("labelSelector").unwrap_or(""))
+            .map_err(|e| ApiError::BadRequest(format!("unable to parse requirement: {e}")))?;
+        let fields = FieldSelector::parse(self.get("fieldSelector").unwrap_or(""))
+            .map_err(|e| ApiError::BadRequest(format!("invalid field selector: {e}")))?;
+        Ok((labels, fields))
+    }
+
+    fn list_params(&self) -> Result<ListParams> {
+        let (labels, fields) = self.selectors()?;
+        let limit = match self.int("limit")? {
+            Some(l) if l < 0 => {
+                return Err(ApiError::BadRequest(
+                    "limit must be a non-negative integer".into(),
+                ))
+            }
+            Some(l) => Some(l as usize),
+            None => None,
+        };
+        Ok(ListParams {
+            labels,
+            fields,
+            limit,
+            continue_token: self.get("continue").map(str::to_string),
+            resource_version: self.get("resourceVersion").map(str::to_string),
+            resource_version_match: self.get("resourceVersionMatch").map(str::to_string),
+        })
+    }
+}
+
+fn header_str(req: &Request<hyper::body::Incoming>, name: header::HeaderName) -> Option<&str> {
+    req.headers().get(name).and_then(|v| v.to_str().ok())
+}
+
+async fn read_body(body: hyper::body::Incoming) -> Result<Bytes> {
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(ApiError::RequestEntityTooLarge {
+                limit: MAX_BODY_BYTES,
+            })
+        }
+        Err(e) => Err(ApiError::BadRequest(format!(
+            "failed to read the request body: {e}"
+        ))),
+    }
+}
+
+impl ApiServer {
+    /// Serves one request from `user` (None: no client certificate).
+    pub async fn handle(
+        self: Arc<Self>,
+        req: Request<hyper::body::Incoming>,
+        user: Option<UserInfo>,
+    ) -> Response<Body> {
+        let started = Instant::now();
+        let method = req.method().clone();
+        let path = req.uri().path().to_string();
+        let query = Query::parse(req.uri().query());
+        let (reply, verb, resource) = match self.route(req, &query, user.as_ref()).await {
+            Ok(ok) => ok,
+            Err((err, verb, resource)) => {
+                if err.code() >= 500 {
+                    tracing::warn!(%method, %path, error = %err, "request failed");
+                }
+                (
+                    Reply::json(
+                        StatusCode::from_u16(err.code())
+                            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                        &err.to_status(),
+                    ),
+                    verb,
+                    resource,
+                )
+            }
+        };
+        self.metrics
+            .observe(&verb, &resource, reply.status.as_u16(), started.elapsed());
+        let mut resp = Response::new(reply.body);
+        *resp.status_mut() = reply.status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(reply.content_type),
+        );
+        for w in reply.warnings {
+            let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
+            if let Ok(v) = HeaderValue::from_str(&text) {
+                resp.headers_mut().append(header::WARNING, v);
+            }
+        }
+        resp
+    }
+
+    async fn route(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        query: &Query,
+        user: Option<&UserInfo>,
+    ) -> std::result::Result<(Reply, String, String), (ApiError, String, String)> {
+        let method = req.method().clone();
+        let watch = query
+            .flag("watch")
+            .map_err(|e| (e, "watch".to_string(), String::new()))?;
+        let route = request_info::parse(&method, req.uri().path(), watch)
+            .map_err(|e| (e, method.as_str().to_ascii_lowercase(), String::new()))?;
+        let (verb, resource) = match &route {
+            Route::Resource(r) => (r.verb.as_str().to_string(), r.resource.clone()),
+            _ => (method.as_str().to_ascii_lowercase(), String::new()),
+        };
+        let public = matches!(route, Route::Health | Route::Version);
+        if !public && user.is_none() {
+            return Err((ApiError::Unauthorized, verb, resource));
+        }
+        let result = match route {
+            Route::Resource(r) => self.resource(req, query, r).await,
+            other => self.non_resource(&req, other).await,
+        };
+        match result {
+            Ok(reply) => Ok((reply, verb, resource)),
+            Err(e) => Err((e, verb, resource)),
+        }
+    }
+
+    async fn non_resource(
+        &self,
+        req: &Request<hyper::body::Incoming>,
+        route: Route,
+    ) -> Result<Reply> {
+        let accept = header_str(req, header::ACCEPT);
+        let catalog = self.registry.catalog();
+        match route {
+            Route::Health => Ok(Reply::text(
+                StatusCode::OK,
+                "ok".into(),
+                "text/plain; charset=utf-8",
+            )),
+            Route::Version => Ok(Reply::json(StatusCode::OK, &crate::server::version_info())),
+            Route::Metrics => Ok(Reply::text(
+                StatusCode::OK,
+                self.metrics.render(),
+                "text/plain; version=0.0.4",
+            )),
+            Route::CoreVersions | Route::Groups => {
+                let core = route == Route::CoreVersions;
+                match negotiation::output(accept)? {
+                    Output::Discovery(v) => {
+                        let doc = discovery::aggregated(catalog, core, v);
+                        let mut reply = Reply::json(StatusCode::OK, &doc);
+                        reply.content_type = if v == "v2" {
+                            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                        } else {
+                            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                        };
+                        Ok(reply)
+                    }
+                    _ if core => Ok(Reply::json(
+                        StatusCode::OK,
+                        &discovery::core_versions(&self.settings.server_address),
+                    )),
+                    _ => Ok(Reply::json(StatusCode::OK, &discovery::group_list(catalog))),
+                }
+            }
+            Route::Group(g) => discovery::group(catalog, &g)
+                .map(|d| Reply::json(StatusCode::OK, &d))
+                .ok_or(ApiError::NoRoute),
+            Route::GroupVersion(g, v) => discovery::resource_list(catalog, &g, &v)
+                .map(|d| Reply::json(StatusCode::OK, &d))
+                .ok_or(ApiError::NoRoute),
+            Route::OpenApiV2 => {
+                let wants_proto = accept.is_some_and(|a| a.contains("protobuf"));
+                let doc = self.openapi.v2(catalog)?;
+                if wants_proto {
+                    let bytes = self.openapi.v2_protobuf(catalog)?;
+                    return Ok(Reply {
+                        status: StatusCode::OK,
+                        body: full(bytes),
+                        content_type: "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                        warnings: Vec::new(),
+                    });
+                }
+                Ok(Reply::json(StatusCode::OK, &doc))
+            }
+            Route::OpenApiV3Index => Ok(Reply::json(
+                StatusCode::OK,
+                &self.openapi.v3_index(catalog)?,
+            )),
+            Route::OpenApiV3(g, v) => self
+                .openapi
+                .v3(catalog, &g, &v)
+                .map(|d| Reply::json(StatusCode::OK, &d)),
+            Route::Resource(_) => Err(ApiError::NoRoute),
+        }
+    }
+
+    async fn resource(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        query: &Query,
+        r: ResourceRequest,
+    ) -> Result<Reply> {
+        let def = self
+            .registry
+            .catalog()
+            .get(&r.group, &r.version, &r.resource)
+            .ok_or(ApiError::NoRoute)?;
+        let sub = match r.subresource.as_deref() {
+            None => None,
+            Some(s) => Some(
+                Subresource::parse(s)
+                    .filter(|s| def.has(*s))
+                    .ok_or(ApiError::NoRoute)?,
+            ),
+        };
+        if !def.namespaced && r.namespace.is_some() {
+            return Err(ApiError::NoRoute);
+        }
+        let collection_verb = matches!(r.verb, Verb::List | Verb::Watch | Verb::DeleteCollection);
+        if def.namespaced && r.namespace.is_none() && !(collection_verb && r.name.is_none()) {
+            return Err(ApiError::NoRoute);
+        }
+        let ns = r.namespace.as_deref();
+        let output = negotiation::output(header_str(&req, header::ACCEPT))?;
+        let content_type = header_str(&req, header::CONTENT_TYPE).map(str::to_string);
+        let reg: &Registry = &self.registry;
+        let name = r.name.clone().unwrap_or_default();
+        match (r.verb, sub) {
+            (Verb::Get, None | Some(Subresource::Status)) => {
+                let obj = reg.get(&def, ns, &name).await?;
+                Ok(self.render_object(&def, StatusCode::OK, obj, output, query))
+            }
+            (Verb::Get, Some(Subresource::Scale)) => {
+                let obj = reg.get(&def, ns, &name).await?;
+                Ok(Reply::encoded(
+                    StatusCode::OK,
+                    &registry::scale_of(&obj),
+                    output,
+                ))
+            }
+            (Verb::List, None) => {
+                let page = reg.list(&def, ns, &query.list_params()?).await?;
+                Ok(self.render_list(&def, page, output, query))
+            }
+            (Verb::Watch, None) => self.watch(&def, ns, query, output).await,
+            (Verb::Create, None) if r.name.is_none() => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                let w = reg.create(&def, ns, body, &query.write_options()?).await?;
+                Ok(self
+                    .render_object(&def, StatusCode::CREATED, w.object, output, query)
+                    .with_warnings(w.warnings))
+            }
+            (Verb::Create, Some(Subresource::Binding)) => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                reg.bind_pod(&def, ns, &name, &body).await?;
+                Ok(Reply::json(StatusCode::CREATED, &success_status()))
+            }
+            (Verb::Create, Some(Subresource::Eviction)) => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                reg.evict_pod(&def, ns, &name, &body).await?;
+                Ok(Reply::json(StatusCode::CREATED, &success_status()))
+            }
+            (Verb::Update, None | Some(Subresource::Status) | Some(Subresource::Finalize)) => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                let w = reg
+                    .update(
+                        &def,
+                        ns,
+                        &name,
+                        body,
+                        Part::of(sub),
+                        &query.write_options()?,
+                    )
+                    .await?;
+                Ok(self
+                    .render_object(&def, StatusCode::OK, w.object, output, query)
+                    .with_warnings(w.warnings))
+            }
+            (Verb::Update, Some(Subresource::Scale)) => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                let scale = reg
+                    .update_scale(&def, ns, &name, &body, &query.write_options()?)
+                    .await?;
+                Ok(Reply::encoded(StatusCode::OK, &scale, output))
+            }
+            (Verb::Patch, None | Some(Subresource::Status)) => {
+                let ty = negotiation::body_type(content_type.as_deref())?;
+                let body = self.decode(req, content_type.as_deref(), true).await?;
+                let w = reg
+                    .patch(
+                        &def,
+                        ns,
+                        &name,
+                        ty,
+                        &body,
+                        Part::of(sub),
+                        &query.write_options()?,
+                    )
+                    .await?;
+                Ok(self
+                    .render_object(&def, StatusCode::OK, w.object, output, query)
+                    .with_warnings(w.warnings))
+            }
+            (Verb::Patch, Some(Subresource::Scale)) => {
+                let ty = negotiation::body_type(content_type.as_deref())?;
+                let body = self.decode(req, content_type.as_deref(), true).await?;
+                let current = registry::scale_of(&reg.get(&def, ns, &name).await?);
+                let patched = registry::apply_patch(
+                    &current,
+                    &body,
+                    ty,
+                    Some("io.k8s.api.autoscaling.v1.Scale"),
+                )?;
+                let scale = reg
+                    .update_scale(&def, ns, &name, &patched, &query.write_options()?)
+                    .await?;
+                Ok(Reply::encoded(StatusCode::OK, &scale, output))
+            }
+            (Verb::Delete, None) => {
+                let opts = self.delete_options(req, query).await?;
+                let (obj, gone) = reg.delete(&def, ns, &name, &opts).await?;
+                let status = if gone {
+                    StatusCode::OK
+                } else {
+                    StatusCode::ACCEPTED
+                };
+                Ok(self.render_object(&def, status, obj, output, query))
+            }
+            (Verb::DeleteCollection, None) => {
+                let opts = self.delete_options(req, query).await?;
+                let items = reg
+                    .delete_collection(&def, ns, &query.list_params()?, &opts)
+                    .await?;
+                let list = json!({
+                    "kind": format!("{}List", def.kind),
+                    "apiVersion": def.api_version(),
+                    "metadata": {},
+                    "items": items,
+                });
+                Ok(Reply::encoded(StatusCode::OK, &list, output))
+            }
+            _ => Err(ApiError::MethodNotAllowed),
+        }
+    }
+
+    async fn decode(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        content_type: Option<&str>,
+        patch: bool,
+    ) -> Result<Value> {
+        let ty = negotiation::body_type(content_type)?;
+        let is_patch_type = matches!(
+            ty,
+            BodyType::JsonPatch
+                | BodyType::MergePatch
+                | BodyType::StrategicMergePatch
+                | BodyType::ApplyPatch
+        );
+        if patch != is_patch_type {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "the body of the request was in an unknown format - accepted media types include: {}",
+                if patch {
+                    "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json"
+                } else {
+                    "application/json, application/yaml"
+                }
+            )));
+        }
+        let bytes = read_body(req.into_body()).await?;
+        negotiation::decode_body(&bytes, ty)
+    }
+
+    async fn delete_options(
+        &self,
+        req: Request<hyper::body::Incoming>,
+        query: &Query,
+    ) -> Result<DeleteOptions> {
+        let bytes = read_body(req.into_body()).await?;
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+        };
+        if let Some(p) = body["propagationPolicy"]
+            .as_str()
+            .or(query.get("propagationPolicy"))
+        {
+            if !matches!(p, "Orphan" | "Background" | "Foreground") {
+                return Err(ApiError::BadRequest(format!(
+                    "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
+                )));
+            }
+        }
+        let body_dry = body["dryRun"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|v| v == "All"));
+        Ok(DeleteOptions {
+            dry_run: body_dry || query.dry_run()?,
+            grace_period: body["gracePeriodSeconds"]
+                .as_i64()
+                .or(query.int("gracePeriodSeconds")?),
+            uid: body["preconditions"]["uid"].as_str().map(str::to_string),
+            resource_version: body["preconditions"]["resourceVersion"]
+                .as_str()
+                .map(str::to_string),
+        })
+    }
+
+    fn render_object(
+        &self,
+        def: &ResourceDef,
+        status: StatusCode,
+        obj: Value,
+        output: Output,
+        query: &Query,
+    ) -> Reply {
+        match output {
+            Output::Table => {
+                let include = IncludeObject::parse(query.get("includeObject").unwrap_or(""))
+                    .unwrap_or_default();
+                let meta = json!({"resourceVersion": obj["metadata"]["resourceVersion"]});
+                Reply::json(status, &table::table(def, &[obj], include, meta))
+            }
+            Output::Metadata => Reply::json(status, &table::partial_metadata(&obj)),
+            other => Reply::encoded(status, &obj, other),
+        }
+    }
+
+    fn render_list(
+        &self,
+        def: &ResourceDef,
+        page: registry::ListPage,
+        output: Output,
+        query: &Query,
+    ) -> Reply {
+        let mut meta = json!({"resourceVersion": page.resource_version.to_string()});
+        if let Some(c) = &page.continue_token {
+            meta["continue"] = json!(c);
+        }
+        if let Some(r) = page.remaining {
+            meta["remainingItemCount"] = json!(r);
+        }
+        match output {
+            Output::Table => {
+                let include = IncludeObject::parse(query.get("includeObject").unwrap_or(""))
+                    .unwrap_or_default();
+                Reply::json(
+                    StatusCode::OK,
+                    &table::table(def, &page.items, include, meta),
+                )
+            }
+            Output::Metadata => Reply::json(
+                StatusCode::OK,
+                &table::partial_metadata_list(&page.items, meta),
+            ),
+            other => {
+                let list = json!({
+                    "kind": format!("{}List", def.kind),
+                    "apiVersion": def.api_version(),
+                    "metadata": meta,
+                    "items": page.items,
+                });
+                Reply::encoded(StatusCode::OK, &list, other)
+            }
+        }
+    }
+
+    async fn watch(
+        &self,
+        def: &Arc<ResourceDef>,
+        ns: Option<&str>,
+        query: &Query,
+        output: Output,
+    ) -> Result<Reply> {
+        let (labels, fields) = query.selectors()?;
+        let send_initial = match query.get("sendInitialEvents") {
+            None | Some("") => None,
+            Some(_) => Some(query.flag("sendInitialEvents")?),
+        };
+        let params = WatchParams {
+            labels,
+            fields,
+            resource_version: query.get("resourceVersion").map(str::to_string),
+            resource_version_match: query.get("resourceVersionMatch").map(str::to_string),
+            bookmarks: query.flag("allowWatchBookmarks")?,
+            send_initial_events: send_initial,
+            bookmark_interval: self.settings.bookmark_interval,
+        };
+        let timeout = match query.int("timeoutSeconds")? {
+            Some(t) if t > 0 => Duration::from_secs(t as u64),
+            _ => self.settings.max_watch,
+        };
+        let events = self.registry.watch(def, ns, params).await?;
+        let def = def.clone();
+        let include =
+            IncludeObject::parse(query.get("includeObject").unwrap_or("")).unwrap_or_default();
+        let shutdown = self.shutdown_signal();
+        let deadline = tokio::time::sleep(timeout);
+        let frames = events
+            .map(move |ev| {
+                let convert = |_ty: &str, obj: Value| -> Value {
+                    match output {
+                        Output::Table => table::table(&def, &[obj], include, json!({})),
+                        Output::Metadata => table::partial_metadata(&obj),
+                        _ => obj,
+                    }
+                };
+                let mut line = serde_json::to_vec(&ev.to_json(&def, &convert)).unwrap_or_default();
+                line.push(b'\n');
+                Ok::<_, Infallible>(Frame::data(Bytes::from(line)))
+            })
+            .take_until(async move {
+                tokio::select! {
+                    _ = deadline => {},
+                    _ = shutdown => {},
+                }
+            });
+        Ok(Reply {
+            status: StatusCode::OK,
+            body: StreamBody::new(frames).boxed_unsync(),
+            content_type: "application/json",
+            warnings: Vec::new(),
+        })
+    }
+}
+
+fn success_status() -> Value {
+    json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+}

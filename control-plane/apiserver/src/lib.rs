@@ -1,0 +1,33 @@
+//! The Kubernetes-compatible API server of a Fabrik cluster.
+//!
+//! Every cluster (the embedded host, later every tenant) is this server over its own store
+//! keyspace. A request flows through one pipeline, each stage one module:
+//!
+//! ```text
+//! server (TLS, identity) → handler → request_info (route) → negotiation (decode)
+//!   → registry (generic verbs) → strategy (per kind) → store → handler (encode: JSON, YAML, Table)
+//! ```
+//!
+//! What it does not do (yet): server-side apply, CRDs, RBAC and admission plugins, the pod
+//! streaming subresources; those arrive with their issues.
+
+pub mod cluster;
+pub mod controllers;
+pub mod discovery;
+pub mod error;
+pub mod handler;
+pub mod kubeconfig;
+pub mod metrics;
+pub mod negotiation;
+pub mod openapi;
+pub mod pki;
+pub mod registry;
+pub mod request_info;
+pub mod resources;
+pub mod server;
+pub mod strategy;
+pub mod table;
+
+pub use cluster::{Cluster, ClusterConfig, StartError};
+pub use error::{ApiError, GroupResource};
+pub use server::Settings;

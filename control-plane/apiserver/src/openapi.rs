@@ -1,0 +1,142 @@
+//! OpenAPI documents served by the cluster, generated from the catalog and cached until the
+//! catalog changes.
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use fabrik_openapi::{Definitions, ResourceDoc, SubresourceDoc};
+use serde_json::Value;
+
+use crate::error::{ApiError, Result};
+use crate::resources::{Catalog, ResourceDef, Subresource};
+
+/// Cached documents, keyed by group-version path (`api/v1`, `apis/apps/v1`) and `v2`.
+#[derive(Default)]
+pub struct OpenApi {
+    cache: Mutex<BTreeMap<String, Value>>,
+    proto: Mutex<Option<Vec<u8>>>,
+}
+
+fn sub_doc(def: &ResourceDef, sub: Subresource) -> SubresourceDoc {
+    let (definition, verbs): (String, Vec<String>) = match sub {
+        Subresource::Scale => (
+            "io.k8s.api.autoscaling.v1.Scale".into(),
+            vec!["get".into(), "patch".into(), "update".into()],
+        ),
+        Subresource::Binding => ("io.k8s.api.core.v1.Binding".into(), vec!["create".into()]),
+        Subresource::Eviction => (
+            "io.k8s.api.policy.v1.Eviction".into(),
+            vec!["create".into()],
+        ),
+        Subresource::Status => (
+            def.definition.clone(),
+            vec!["get".into(), "patch".into(), "update".into()],
+        ),
+        Subresource::Finalize => (def.definition.clone(), vec!["update".into()]),
+    };
+    SubresourceDoc {
+        name: sub.name().into(),
+        definition,
+        verbs,
+    }
+}
+
+fn doc(def: &ResourceDef) -> ResourceDoc {
+    ResourceDoc {
+        group: def.group.clone(),
+        version: def.version.clone(),
+        kind: def.kind.clone(),
+        plural: def.plural.clone(),
+        namespaced: def.namespaced,
+        verbs: def.verbs().into_iter().map(str::to_string).collect(),
+        subresources: def.subresources.iter().map(|s| sub_doc(def, *s)).collect(),
+        definition: def.definition.clone(),
+        list_definition: format!("{}List", def.definition),
+    }
+}
+
+fn gv_path(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        format!("api/{version}")
+    } else {
+        format!("apis/{group}/{version}")
+    }
+}
+
+fn hash(v: &Value) -> String {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    v.to_string().hash(&mut h);
+    format!("{:016X}", h.finish())
+}
+
+impl OpenApi {
+    fn cached(&self, key: &str, build: impl FnOnce() -> Value) -> Value {
+        if let Ok(c) = self.cache.lock() {
+            if let Some(v) = c.get(key) {
+                return v.clone();
+            }
+        }
+        let v = build();
+        if let Ok(mut c) = self.cache.lock() {
+            c.insert(key.to_string(), v.clone());
+        }
+        v
+    }
+
+    /// The v3 document of one group-version.
+    pub fn v3(&self, catalog: &Catalog, group: &str, version: &str) -> Result<Value> {
+        let docs: Vec<ResourceDoc> = catalog
+            .all()
+            .iter()
+            .filter(|d| d.group == group && d.version == version)
+            .map(|d| doc(d))
+            .collect();
+        if docs.is_empty() {
+            return Err(ApiError::NoRoute);
+        }
+        Ok(self.cached(&gv_path(group, version), || {
+            fabrik_openapi::v3_document(
+                Definitions::builtin(),
+                &BTreeMap::new(),
+                group,
+                version,
+                &docs,
+            )
+        }))
+    }
+
+    /// The v3 index.
+    pub fn v3_index(&self, catalog: &Catalog) -> Result<Value> {
+        let mut entries = Vec::new();
+        for (g, v) in catalog.group_versions() {
+            let d = self.v3(catalog, &g, &v)?;
+            entries.push((gv_path(&g, &v), hash(&d)));
+        }
+        Ok(fabrik_openapi::v3_index(&entries))
+    }
+
+    /// The v2 document.
+    pub fn v2(&self, catalog: &Catalog) -> Result<Value> {
+        let docs: Vec<ResourceDoc> = catalog.all().iter().map(|d| doc(d)).collect();
+        Ok(self.cached("v2", || {
+            fabrik_openapi::v2_document(Definitions::builtin(), &BTreeMap::new(), &docs)
+        }))
+    }
+
+    /// The v2 document as protobuf.
+    pub fn v2_protobuf(&self, catalog: &Catalog) -> Result<Vec<u8>> {
+        if let Ok(p) = self.proto.lock() {
+            if let Some(bytes) = p.as_ref() {
+                return Ok(bytes.clone());
+            }
+        }
+        let v2 = self.v2(catalog)?;
+        let bytes =
+            fabrik_openapi::v2_protobuf(&v2).map_err(|e| ApiError::Internal(e.to_string()))?;
+        if let Ok(mut p) = self.proto.lock() {
+            *p = Some(bytes.clone());
+        }
+        Ok(bytes)
+    }
+}

@@ -1,0 +1,209 @@
+//! The catalog of served resources: for each, its names, scope, subresources, schema and
+//! strategy. One generic registry serves every entry; adding a kind means adding an entry here
+//! (built-in) or a CRD (later), never a handler.
+
+mod builtin;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, RwLock};
+
+use serde_json::Value;
+
+use crate::error::GroupResource;
+use crate::strategy::Strategy;
+
+/// A subresource a resource serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Subresource {
+    /// `/status`: writes change only `.status`.
+    Status,
+    /// `/scale`: an `autoscaling/v1 Scale` view of `spec.replicas`.
+    Scale,
+    /// `pods/binding`: assigns a node.
+    Binding,
+    /// `pods/eviction`: deletion that respects disruption budgets.
+    Eviction,
+    /// `namespaces/finalize`: writes change only `spec.finalizers`.
+    Finalize,
+}
+
+impl Subresource {
+    /// The path segment.
+    pub fn name(self) -> &'static str {
+        match self {
+            Subresource::Status => "status",
+            Subresource::Scale => "scale",
+            Subresource::Binding => "binding",
+            Subresource::Eviction => "eviction",
+            Subresource::Finalize => "finalize",
+        }
+    }
+
+    /// Parses a path segment.
+    pub fn parse(s: &str) -> Option<Subresource> {
+        Some(match s {
+            "status" => Subresource::Status,
+            "scale" => Subresource::Scale,
+            "binding" => Subresource::Binding,
+            "eviction" => Subresource::Eviction,
+            "finalize" => Subresource::Finalize,
+            _ => return None,
+        })
+    }
+}
+
+/// Checks that a JSON object decodes as the kind's typed structure (types of every field).
+pub type TypeCheck = fn(&Value) -> Result<(), String>;
+
+/// One served resource.
+pub struct ResourceDef {
+    /// API group; empty for core.
+    pub group: String,
+    /// Served (and stored) version.
+    pub version: String,
+    /// Kind.
+    pub kind: String,
+    /// Plural resource name.
+    pub plural: String,
+    /// Singular name (lower-case kind).
+    pub singular: String,
+    /// Namespaced or cluster-scoped.
+    pub namespaced: bool,
+    /// `kubectl` short names.
+    pub short_names: Vec<String>,
+    /// Categories (`all`).
+    pub categories: Vec<String>,
+    /// Subresources served.
+    pub subresources: Vec<Subresource>,
+    /// OpenAPI definition name of the kind (`io.k8s.api.core.v1.Pod`).
+    pub definition: String,
+    /// Per-kind behaviour.
+    pub strategy: Arc<dyn Strategy>,
+    /// Decodes into the typed struct to check field types; None for schemaless kinds.
+    pub type_check: Option<TypeCheck>,
+}
+
+impl std::fmt::Debug for ResourceDef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ResourceDef({}/{} {})",
+            self.group, self.version, self.plural
+        )
+    }
+}
+
+impl ResourceDef {
+    /// `v1` or `apps/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// For error messages.
+    pub fn group_resource(&self) -> GroupResource {
+        GroupResource::new(&self.group, &self.plural)
+    }
+
+    /// Whether it serves `sub`.
+    pub fn has(&self, sub: Subresource) -> bool {
+        self.subresources.contains(&sub)
+    }
+
+    /// Storage prefix of every object of this resource, or of one namespace's objects.
+    pub fn key_prefix(&self, namespace: Option<&str>) -> String {
+        let group = if self.group.is_empty() {
+            "core"
+        } else {
+            &self.group
+        };
+        match namespace {
+            Some(ns) if self.namespaced => format!("/{group}/{}/{ns}/", self.plural),
+            _ => format!("/{group}/{}/", self.plural),
+        }
+    }
+
+    /// Storage key of one object.
+    pub fn key(&self, namespace: Option<&str>, name: &str) -> String {
+        format!("{}{name}", self.key_prefix(namespace))
+    }
+
+    /// Verbs of the main resource.
+    pub fn verbs(&self) -> Vec<&'static str> {
+        vec![
+            "create",
+            "delete",
+            "deletecollection",
+            "get",
+            "list",
+            "patch",
+            "update",
+            "watch",
+        ]
+    }
+}
+
+/// Every resource the cluster serves, by group, version and plural.
+#[derive(Default)]
+pub struct Catalog {
+    entries: RwLock<BTreeMap<(String, String, String), Arc<ResourceDef>>>,
+}
+
+impl Catalog {
+    /// The built-in Kubernetes resources.
+    pub fn builtin() -> Catalog {
+        let catalog = Catalog::default();
+        for def in builtin::all() {
+            catalog.insert(def);
+        }
+        catalog
+    }
+
+    /// Adds or replaces one resource.
+    pub fn insert(&self, def: ResourceDef) {
+        let key = (def.group.clone(), def.version.clone(), def.plural.clone());
+        if let Ok(mut entries) = self.entries.write() {
+            entries.insert(key, Arc::new(def));
+        }
+    }
+
+    /// Looks up one resource.
+    pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        let entries = self.entries.read().ok()?;
+        entries
+            .get(&(group.to_string(), version.to_string(), plural.to_string()))
+            .cloned()
+    }
+
+    /// Looks up the resource of a kind.
+    pub fn by_kind(&self, group: &str, kind: &str) -> Option<Arc<ResourceDef>> {
+        let entries = self.entries.read().ok()?;
+        entries
+            .values()
+            .find(|d| d.group == group && d.kind == kind)
+            .cloned()
+    }
+
+    /// Every resource, ordered by group, version, plural.
+    pub fn all(&self) -> Vec<Arc<ResourceDef>> {
+        self.entries
+            .read()
+            .map(|e| e.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Groups with their versions, core first, in a stable order.
+    pub fn group_versions(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for def in self.all() {
+            let gv = (def.group.clone(), def.version.clone());
+            if !out.contains(&gv) {
+                out.push(gv);
+            }
+        }
+        out
+    }
+}

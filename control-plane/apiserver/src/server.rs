@@ -1,0 +1,216 @@
+//! Serving: the rustls HTTPS listener (HTTP/1.1 and HTTP/2), client-certificate identities,
+//! and orderly shutdown (stop accepting, end watches, let in-flight requests finish).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::WebPkiClientVerifier;
+use serde_json::{json, Value};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
+
+use crate::handler::UserInfo;
+use crate::metrics::Metrics;
+use crate::openapi::OpenApi;
+use crate::pki::{self, CertPair};
+use crate::registry::Registry;
+
+/// The Kubernetes version this server reports (the API level it follows).
+pub const KUBE_MINOR: &str = "35";
+
+/// `GET /version`.
+pub fn version_info() -> Value {
+    json!({
+        "major": "1",
+        "minor": KUBE_MINOR,
+        "gitVersion": format!("v1.{KUBE_MINOR}.0-fabrik.{}", env!("CARGO_PKG_VERSION")),
+        "gitCommit": "",
+        "gitTreeState": "clean",
+        "buildDate": "",
+        "goVersion": "",
+        "compiler": "rustc",
+        "platform": format!("{}/{}", std::env::consts::OS, std::env::consts::ARCH),
+    })
+}
+
+/// Errors of serving.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The TLS configuration was refused.
+    #[error("invalid TLS configuration: {0}")]
+    Tls(#[from] rustls::Error),
+    /// The client verifier could not be built.
+    #[error("invalid client CA: {0}")]
+    Verifier(#[from] rustls::server::VerifierBuilderError),
+    /// A PEM could not be read.
+    #[error("invalid PEM: {0}")]
+    Pem(String),
+    /// Socket I/O.
+    #[error("listener failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Tunables of the API behaviour.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// How often watches with `allowWatchBookmarks` receive a bookmark.
+    pub bookmark_interval: Duration,
+    /// The longest a watch runs without `timeoutSeconds`.
+    pub max_watch: Duration,
+    /// The address clients use (for `/api`'s serverAddressByClientCIDRs).
+    pub server_address: String,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            bookmark_interval: Duration::from_secs(5),
+            max_watch: Duration::from_secs(1800),
+            server_address: String::new(),
+        }
+    }
+}
+
+/// One cluster's API server: the registry plus what serving needs.
+pub struct ApiServer {
+    pub(crate) registry: Arc<Registry>,
+    pub(crate) metrics: Metrics,
+    pub(crate) openapi: OpenApi,
+    pub(crate) settings: Settings,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl ApiServer {
+    /// An API server over `registry`; `shutdown` turning true ends watches.
+    pub fn new(
+        registry: Arc<Registry>,
+        settings: Settings,
+        shutdown: watch::Receiver<bool>,
+    ) -> Arc<ApiServer> {
+        Arc::new(ApiServer {
+            registry,
+            metrics: Metrics::default(),
+            openapi: OpenApi::default(),
+            settings,
+            shutdown,
+        })
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Resolves when shutdown begins.
+    pub(crate) fn shutdown_signal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.shutdown.clone();
+        async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        }
+    }
+}
+
+/// The rustls configuration: our serving certificate; client certificates signed by `ca_pem`
+/// are verified and become identities, requests without one are anonymous.
+pub fn tls_config(
+    serving: &CertPair,
+    ca_pem: &str,
+) -> Result<Arc<rustls::ServerConfig>, ServeError> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> =
+        rustls_pemfile::certs(&mut serving.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| ServeError::Pem(e.to_string()))?;
+    let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut serving.key_pem.as_bytes())
+        .map_err(|e| ServeError::Pem(e.to_string()))?
+        .ok_or_else(|| ServeError::Pem("no private key".into()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
+        roots.add(ca.map_err(|e| ServeError::Pem(e.to_string()))?)?;
+    }
+    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Accepts connections on `listener` until `shutdown` turns true, then waits up to
+/// `drain` for open connections.
+pub async fn serve(
+    listener: TcpListener,
+    server: Arc<ApiServer>,
+    tls: Arc<rustls::ServerConfig>,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) -> Result<(), ServeError> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    let mut conns = JoinSet::new();
+    loop {
+        let (tcp, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(ok) => ok,
+                Err(e) => {
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = async { shutdown.wait_for(|s| *s).await.is_ok() } => break,
+        };
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let server = server.clone();
+        conns.spawn(async move {
+            serve_connection(acceptor, tcp, peer, server).await;
+        });
+        // Reap finished connections so the set stays small.
+        while conns.try_join_next().is_some() {}
+    }
+    let _ = tokio::time::timeout(drain, async { while conns.join_next().await.is_some() {} }).await;
+    conns.abort_all();
+    Ok(())
+}
+
+async fn serve_connection(
+    acceptor: tokio_rustls::TlsAcceptor,
+    tcp: tokio::net::TcpStream,
+    peer: SocketAddr,
+    server: Arc<ApiServer>,
+) {
+    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => tls,
+        Ok(Err(e)) => {
+            tracing::debug!(%peer, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => return,
+    };
+    let user = tls
+        .get_ref()
+        .1
+        .peer_certificates()
+        .and_then(|certs| certs.first())
+        .and_then(|der| pki::identity(der))
+        .map(|(name, groups)| UserInfo { name, groups });
+    let service = service_fn(move |req| {
+        let server = server.clone();
+        let user = user.clone();
+        async move { Ok::<_, Infallible>(server.handle(req, user).await) }
+    });
+    let builder = auto::Builder::new(TokioExecutor::new());
+    if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}

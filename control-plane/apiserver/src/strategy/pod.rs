@@ -1,0 +1,441 @@
+//! Pods: upstream defaulting, validation, the immutable spec, QoS class, graceful deletion,
+//! field selectors and the `kubectl get pods` columns.
+
+use fabrik_machinery::quantity::Quantity;
+use fabrik_machinery::validation::{self, FieldError};
+use serde_json::{json, Value};
+
+use super::{
+    age, default_field, duplicate, forbidden, invalid, name_of, not_supported, or_none, required,
+    Column, Strategy,
+};
+
+/// How a delete proceeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GracefulDelete {
+    /// Remove the object now.
+    Immediate,
+    /// Set `deletionTimestamp` this many seconds ahead; a kubelet finishes the deletion.
+    Graceful(i64),
+}
+
+pub(super) struct PodStrategy;
+
+/// `status.phase` of a pod.
+pub fn pod_phase(pod: &Value) -> &str {
+    pod["status"]["phase"].as_str().unwrap_or("")
+}
+
+const RESTART_POLICIES: [&str; 3] = ["Always", "OnFailure", "Never"];
+const DNS_POLICIES: [&str; 4] = ["ClusterFirstWithHostNet", "ClusterFirst", "Default", "None"];
+const PULL_POLICIES: [&str; 3] = ["Always", "Never", "IfNotPresent"];
+const PROTOCOLS: [&str; 3] = ["TCP", "UDP", "SCTP"];
+
+/// Upstream `SetDefaults_Container` (also used for pod templates).
+fn default_container(c: &mut Value) {
+    let image = c["image"].as_str().unwrap_or("").to_string();
+    let policy = if image_tag_is_latest(&image) {
+        "Always"
+    } else {
+        "IfNotPresent"
+    };
+    default_field(c, &["imagePullPolicy"], json!(policy));
+    default_field(
+        c,
+        &["terminationMessagePath"],
+        json!("/dev/termination-log"),
+    );
+    default_field(c, &["terminationMessagePolicy"], json!("File"));
+    default_field(c, &["resources"], json!({}));
+    if let Some(ports) = c.get_mut("ports").and_then(Value::as_array_mut) {
+        for p in ports {
+            default_field(p, &["protocol"], json!("TCP"));
+        }
+    }
+    // Requests default to limits when only limits are given.
+    if let Some(limits) = c["resources"]["limits"].as_object().cloned() {
+        for (k, v) in limits {
+            default_field(c, &["resources", "requests", &k], v);
+        }
+    }
+}
+
+fn image_tag_is_latest(image: &str) -> bool {
+    if image.contains('@') {
+        return false;
+    }
+    let last = image.rsplit('/').next().unwrap_or(image);
+    match last.rsplit_once(':') {
+        Some((_, tag)) => tag == "latest",
+        None => true,
+    }
+}
+
+/// Upstream `SetDefaults_PodSpec` with its containers: shared by pods and every pod template.
+pub(crate) fn default_pod_spec(spec: &mut Value) {
+    if !spec.is_object() {
+        return;
+    }
+    default_field(spec, &["restartPolicy"], json!("Always"));
+    default_field(spec, &["dnsPolicy"], json!("ClusterFirst"));
+    default_field(spec, &["terminationGracePeriodSeconds"], json!(30));
+    default_field(spec, &["schedulerName"], json!("default-scheduler"));
+    default_field(spec, &["securityContext"], json!({}));
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = spec.get_mut(list).and_then(Value::as_array_mut) {
+            cs.iter_mut().for_each(default_container);
+        }
+    }
+}
+
+/// Validates a pod spec at `path` (`spec`, or `spec.template.spec` for workloads).
+pub(crate) fn validate_pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let containers = spec["containers"].as_array();
+    match containers {
+        None => errs.push(required(format!("{path}.containers"))),
+        Some(cs) if cs.is_empty() => errs.push(required(format!("{path}.containers"))),
+        Some(_) => {}
+    }
+    let mut seen = std::collections::HashSet::new();
+    for list in ["initContainers", "containers"] {
+        for (i, c) in spec[list].as_array().into_iter().flatten().enumerate() {
+            let at = format!("{path}.{list}[{i}]");
+            match c["name"].as_str() {
+                None | Some("") => errs.push(required(format!("{at}.name"))),
+                Some(name) => {
+                    for msg in validation::dns1123_label(name) {
+                        errs.push(invalid(format!("{at}.name"), name, msg));
+                    }
+                    if !seen.insert(name.to_string()) {
+                        errs.push(duplicate(format!("{at}.name"), name));
+                    }
+                }
+            }
+            if c["image"].as_str().is_none_or(|s| s.trim().is_empty()) {
+                errs.push(required(format!("{at}.image")));
+            }
+            if let Some(p) = c["imagePullPolicy"].as_str() {
+                if !PULL_POLICIES.contains(&p) {
+                    errs.push(not_supported(
+                        format!("{at}.imagePullPolicy"),
+                        p,
+                        &PULL_POLICIES,
+                    ));
+                }
+            }
+            for (j, port) in c["ports"].as_array().into_iter().flatten().enumerate() {
+                let n = port["containerPort"].as_i64().unwrap_or(0);
+                if !(1..=65535).contains(&n) {
+                    errs.push(invalid(
+                        format!("{at}.ports[{j}].containerPort"),
+                        &n.to_string(),
+                        "must be between 1 and 65535, inclusive",
+                    ));
+                }
+                if let Some(proto) = port["protocol"].as_str() {
+                    if !PROTOCOLS.contains(&proto) {
+                        errs.push(not_supported(
+                            format!("{at}.ports[{j}].protocol"),
+                            proto,
+                            &PROTOCOLS,
+                        ));
+                    }
+                }
+            }
+            for kind in ["limits", "requests"] {
+                for (k, v) in c["resources"][kind].as_object().into_iter().flatten() {
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    if text.parse::<Quantity>().is_err() {
+                        errs.push(invalid(
+                            format!("{at}.resources.{kind}[{k}]"),
+                            &text,
+                            "must match the regex ^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$",
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(p) = spec["restartPolicy"].as_str() {
+        if !RESTART_POLICIES.contains(&p) {
+            errs.push(not_supported(
+                format!("{path}.restartPolicy"),
+                p,
+                &RESTART_POLICIES,
+            ));
+        }
+    }
+    if let Some(p) = spec["dnsPolicy"].as_str() {
+        if !DNS_POLICIES.contains(&p) {
+            errs.push(not_supported(format!("{path}.dnsPolicy"), p, &DNS_POLICIES));
+        }
+    }
+    if let Some(n) = spec["terminationGracePeriodSeconds"].as_i64() {
+        if n < 0 {
+            errs.push(invalid(
+                format!("{path}.terminationGracePeriodSeconds"),
+                &n.to_string(),
+                "must be greater than or equal to 0",
+            ));
+        }
+    }
+    errs
+}
+
+fn qos_class(spec: &Value) -> &'static str {
+    let mut any = false;
+    let mut guaranteed = true;
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        let req = c["resources"]["requests"].as_object();
+        let lim = c["resources"]["limits"].as_object();
+        if req.is_some_and(|r| !r.is_empty()) || lim.is_some_and(|l| !l.is_empty()) {
+            any = true;
+        }
+        for res in ["cpu", "memory"] {
+            let l = lim.and_then(|l| l.get(res));
+            let r = req.and_then(|r| r.get(res));
+            if l.is_none() || r != l {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+/// Blanks the fields of a pod spec that updates may change.
+fn mutable_view(spec: &Value) -> Value {
+    let mut v = spec.clone();
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = v.get_mut(list).and_then(Value::as_array_mut) {
+            for c in cs {
+                if let Some(o) = c.as_object_mut() {
+                    o.remove("image");
+                }
+            }
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        for f in [
+            "activeDeadlineSeconds",
+            "tolerations",
+            "terminationGracePeriodSeconds",
+            "schedulingGates",
+        ] {
+            o.remove(f);
+        }
+    }
+    v
+}
+
+impl Strategy for PodStrategy {
+    fn prepare_for_create(&self, obj: &mut Value) {
+        self.prepare_for_create_defaults_only(obj);
+        let qos = qos_class(&obj["spec"]);
+        if let Some(o) = obj.as_object_mut() {
+            o.insert(
+                "status".into(),
+                json!({"phase": "Pending", "qosClass": qos}),
+            );
+        }
+    }
+
+    fn prepare_for_create_defaults_only(&self, obj: &mut Value) {
+        if let Some(spec) = obj.get_mut("spec") {
+            default_pod_spec(spec);
+        }
+        default_field(obj, &["spec", "enableServiceLinks"], json!(true));
+    }
+
+    fn validate(&self, obj: &Value) -> Vec<FieldError> {
+        if obj.get("spec").is_none() {
+            return vec![required("spec.containers")];
+        }
+        validate_pod_spec(&obj["spec"], "spec")
+    }
+
+    fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
+        if mutable_view(&new["spec"]) != mutable_view(&old["spec"]) {
+            return vec![forbidden(
+                "spec",
+                "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+            )];
+        }
+        Vec::new()
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[
+            "spec.nodeName",
+            "spec.restartPolicy",
+            "spec.schedulerName",
+            "spec.serviceAccountName",
+            "spec.hostNetwork",
+            "status.phase",
+            "status.podIP",
+            "status.nominatedNodeName",
+        ]
+    }
+
+    fn columns(&self) -> Vec<Column> {
+        vec![
+            Column::NAME,
+            Column::new("Ready", "string", "The aggregate readiness state of this pod for accepting traffic."),
+            Column::new("Status", "string", "The aggregate status of the containers in this pod."),
+            Column::new("Restarts", "string", "The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
+            Column::AGE,
+            Column::wide("IP", "string", "IP address allocated to the pod. Routable at least within the cluster. Empty if not yet allocated."),
+            Column::wide("Node", "string", "NodeName is a request to schedule this pod onto a specific node."),
+            Column::wide("Nominated Node", "string", "nominatedNodeName is set only when this pod preempts other pods on the node."),
+            Column::wide("Readiness Gates", "string", "If specified, all readiness gates will be evaluated for pod readiness."),
+        ]
+    }
+
+    fn cells(&self, obj: &Value) -> Vec<Value> {
+        let total = obj["spec"]["containers"].as_array().map_or(0, Vec::len);
+        let statuses = obj["status"]["containerStatuses"].as_array();
+        let ready = statuses
+            .into_iter()
+            .flatten()
+            .filter(|s| s["ready"].as_bool() == Some(true))
+            .count();
+        let restarts: i64 = statuses
+            .into_iter()
+            .flatten()
+            .map(|s| s["restartCount"].as_i64().unwrap_or(0))
+            .sum();
+        let mut reason = obj["status"]["reason"]
+            .as_str()
+            .unwrap_or_else(|| pod_phase(obj))
+            .to_string();
+        for s in statuses.into_iter().flatten() {
+            if let Some(r) = s["state"]["waiting"]["reason"].as_str() {
+                reason = r.to_string();
+            } else if let Some(r) = s["state"]["terminated"]["reason"].as_str() {
+                reason = r.to_string();
+            }
+        }
+        if obj["metadata"]["deletionTimestamp"].is_string() {
+            reason = "Terminating".into();
+        }
+        let gates = obj["spec"]["readinessGates"].as_array().map_or(0, Vec::len);
+        vec![
+            json!(name_of(obj)),
+            json!(format!("{ready}/{total}")),
+            json!(reason),
+            json!(restarts.to_string()),
+            json!(age(obj)),
+            json!(or_none(obj["status"]["podIP"].as_str())),
+            json!(or_none(obj["spec"]["nodeName"].as_str())),
+            json!(or_none(obj["status"]["nominatedNodeName"].as_str())),
+            json!(if gates == 0 {
+                "<none>".to_string()
+            } else {
+                format!("0/{gates}")
+            }),
+        ]
+    }
+
+    fn graceful_delete(&self, obj: &Value, requested: Option<i64>) -> GracefulDelete {
+        let scheduled = obj["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        let terminal = matches!(pod_phase(obj), "Succeeded" | "Failed");
+        if !scheduled || terminal {
+            return GracefulDelete::Immediate;
+        }
+        let grace = requested
+            .or_else(|| obj["spec"]["terminationGracePeriodSeconds"].as_i64())
+            .unwrap_or(30);
+        if grace <= 0 {
+            GracefulDelete::Immediate
+        } else {
+            GracefulDelete::Graceful(grace)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod() -> Value {
+        json!({"metadata": {"name": "p"}, "spec": {"containers": [
+            {"name": "a", "image": "nginx"},
+            {"name": "b", "image": "busybox:1.36", "ports": [{"containerPort": 80}]}
+        ]}})
+    }
+
+    #[test]
+    fn defaults_follow_upstream() {
+        let mut p = pod();
+        PodStrategy.prepare_for_create(&mut p);
+        assert_eq!(p["spec"]["restartPolicy"], "Always");
+        assert_eq!(p["spec"]["containers"][0]["imagePullPolicy"], "Always");
+        assert_eq!(
+            p["spec"]["containers"][1]["imagePullPolicy"],
+            "IfNotPresent"
+        );
+        assert_eq!(p["spec"]["containers"][1]["ports"][0]["protocol"], "TCP");
+        assert_eq!(p["status"]["phase"], "Pending");
+        assert_eq!(p["status"]["qosClass"], "BestEffort");
+        assert!(PodStrategy.validate(&p).is_empty());
+    }
+
+    #[test]
+    fn validation_names_fields() {
+        let p = json!({"spec": {"containers": [{"name": "A_b"}, {"name": "A_b", "image": "x"}], "restartPolicy": "Sometimes"}});
+        let fields: Vec<String> = PodStrategy
+            .validate(&p)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert!(fields.contains(&"spec.containers[0].name".to_string()));
+        assert!(fields.contains(&"spec.containers[0].image".to_string()));
+        assert!(fields.contains(&"spec.containers[1].name".to_string()));
+        assert!(fields.contains(&"spec.restartPolicy".to_string()));
+    }
+
+    #[test]
+    fn spec_is_immutable_but_images() {
+        let old = pod();
+        let mut new = pod();
+        new["spec"]["containers"][0]["image"] = json!("nginx:2");
+        assert!(PodStrategy.validate_update(&new, &old).is_empty());
+        new["spec"]["containers"][0]["name"] = json!("c");
+        assert_eq!(PodStrategy.validate_update(&new, &old).len(), 1);
+    }
+
+    #[test]
+    fn graceful_only_when_scheduled_and_running() {
+        let mut p = pod();
+        assert_eq!(
+            PodStrategy.graceful_delete(&p, None),
+            GracefulDelete::Immediate
+        );
+        p["spec"]["nodeName"] = json!("n1");
+        p["status"]["phase"] = json!("Running");
+        assert_eq!(
+            PodStrategy.graceful_delete(&p, None),
+            GracefulDelete::Graceful(30)
+        );
+        assert_eq!(
+            PodStrategy.graceful_delete(&p, Some(0)),
+            GracefulDelete::Immediate
+        );
+        p["status"]["phase"] = json!("Succeeded");
+        assert_eq!(
+            PodStrategy.graceful_delete(&p, None),
+            GracefulDelete::Immediate
+        );
+    }
+}

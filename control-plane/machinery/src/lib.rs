@@ -1,0 +1,22 @@
+//! Kubernetes API machinery without I/O.
+//!
+//! The API server keeps objects as `serde_json::Value`; this crate holds the pure functions
+//! that interpret them the way upstream `k8s.io/apimachinery` does:
+//!
+//! - [`labels`]: label selectors (`labelSelector=` strings and `metav1.LabelSelector` objects);
+//! - [`fields`]: field selectors (`fieldSelector=`), evaluated through a caller-supplied getter;
+//! - [`validation`]: name, label and annotation rules with upstream error messages, and the
+//!   [`validation::FieldError`] type the API server turns into `Status.details.causes`;
+//! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch;
+//! - [`quantity`]: resource quantities (`100m`, `1Gi`, `1e3`) with exact arithmetic.
+//!
+//! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds (the
+//! strategic merge patch schema is supplied through [`patch::PatchSchema`]), and never panics on
+//! input: every malformed selector, patch or quantity is reported as a typed error.
+#![forbid(unsafe_code)]
+
+pub mod fields;
+pub mod labels;
+pub mod patch;
+pub mod quantity;
+pub mod validation;

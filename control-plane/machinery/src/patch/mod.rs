@@ -1,0 +1,167 @@
+//! The three patch types of the Kubernetes API: JSON patch (RFC 6902), JSON merge patch
+//! (RFC 7386) and strategic merge patch.
+//!
+//! All functions are pure: they take the current object and the patch and return the patched
+//! object, leaving both inputs untouched. A malformed patch is reported as a [`PatchError`],
+//! never a panic. Strategic merge patch needs to know how each field merges (merge keys,
+//! strategies); that knowledge comes from a [`PatchSchema`] supplied by the caller.
+
+mod order;
+mod strategic;
+
+use serde_json::Value;
+
+pub use strategic::strategic_merge_patch;
+
+/// Why a patch could not be applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PatchError {
+    /// The patch document is malformed: not valid for its patch type, a list element without
+    /// its merge key, a directive with the wrong shape (upstream answers 400 Bad Request).
+    #[error("invalid patch: {0}")]
+    InvalidPatch(String),
+    /// A JSON patch `test` operation found a different value (upstream answers 422).
+    #[error("the test operation at {path} failed: the value did not match")]
+    TestFailed {
+        /// The JSON pointer of the failed test.
+        path: String,
+    },
+    /// A JSON patch operation could not be applied to this document, e.g. its path does not
+    /// exist (upstream answers 422).
+    #[error("{0}")]
+    OperationFailed(String),
+    /// A `$patch` directive with a value other than `replace`, `delete` or (in lists of maps
+    /// only) `merge` (upstream answers 400).
+    #[error("unknown patch type: {0}")]
+    UnsupportedDirective(String),
+    /// The current object cannot be merged as the patch requires, e.g. a merge list whose
+    /// elements are not objects or lack the merge key (upstream answers 422).
+    #[error("cannot apply the patch to the object: {0}")]
+    Conflict(String),
+}
+
+impl PatchError {
+    /// The HTTP status upstream answers with for this error.
+    pub fn status_code(&self) -> u16 {
+        match self {
+            PatchError::InvalidPatch(_) | PatchError::UnsupportedDirective(_) => 400,
+            PatchError::TestFailed { .. }
+            | PatchError::OperationFailed(_)
+            | PatchError::Conflict(_) => 422,
+        }
+    }
+}
+
+/// Applies an RFC 6902 JSON patch (a list of operations) to `doc`.
+pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
+    let ops: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| PatchError::InvalidPatch(e.to_string()))?;
+    let mut out = doc.clone();
+    json_patch::patch(&mut out, &ops).map_err(|e| match e.kind {
+        json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed {
+            path: e.path.to_string(),
+        },
+        _ => PatchError::OperationFailed(e.to_string()),
+    })?;
+    Ok(out)
+}
+
+/// Applies an RFC 7386 JSON merge patch: objects merge recursively, `null` deletes a key, any
+/// other value (a list, a scalar, or a non-object patch as a whole) replaces.
+pub fn merge_patch(doc: &Value, patch: &Value) -> Value {
+    let mut out = doc.clone();
+    json_patch::merge(&mut out, patch);
+    out
+}
+
+/// How strategic merge patch sees a type. Implemented elsewhere (from the upstream OpenAPI
+/// schemas and their `x-kubernetes-patch-*` extensions).
+pub trait PatchSchema: Send + Sync {
+    /// Patch metadata of `field` in the object definition `definition` (e.g.
+    /// `"io.k8s.api.core.v1.PodSpec"`, `"containers"`). `None` = unknown field: objects merge
+    /// recursively without schema, lists are replaced.
+    fn field(&self, definition: &str, field: &str) -> Option<FieldPatchInfo>;
+}
+
+/// Strategic-merge metadata of one field.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FieldPatchInfo {
+    /// `x-kubernetes-patch-strategy` split on `,`: `merge`, `retainKeys`, `replace`.
+    pub strategies: Vec<String>,
+    /// `x-kubernetes-patch-merge-key`, the key identifying elements of a merge list of objects.
+    pub merge_key: Option<String>,
+    /// Definition of the field's value: for an object field its type; for a list or map field
+    /// the element type; `None` for primitives and free-form values.
+    pub definition: Option<String>,
+    /// The field is a list.
+    pub is_list: bool,
+    /// The field is an `additionalProperties` map (`map[string]X`) rather than a struct.
+    pub is_map: bool,
+}
+
+impl FieldPatchInfo {
+    /// Whether the strategies include `name`.
+    pub fn has_strategy(&self, name: &str) -> bool {
+        self.strategies.iter().any(|s| s.trim() == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn json_patch_operations() {
+        let doc = json!({"metadata": {"labels": {"a": "1"}}, "spec": {"replicas": 1}});
+        let patch = json!([
+            {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+            {"op": "replace", "path": "/spec/replicas", "value": 3},
+            {"op": "remove", "path": "/metadata/labels/a"},
+            {"op": "test", "path": "/spec/replicas", "value": 3}
+        ]);
+        let out = json_patch(&doc, &patch);
+        assert_eq!(
+            out,
+            Ok(json!({"metadata": {"labels": {"b": "2"}}, "spec": {"replicas": 3}}))
+        );
+        assert_eq!(doc["spec"]["replicas"], 1, "input untouched");
+    }
+
+    #[test]
+    fn json_patch_errors() {
+        let doc = json!({"a": 1});
+        let failed = json_patch(&doc, &json!([{"op": "test", "path": "/a", "value": 2}]));
+        assert_eq!(failed, Err(PatchError::TestFailed { path: "/a".into() }));
+        assert_eq!(failed.err().map(|e| e.status_code()), Some(422));
+
+        let missing = json_patch(&doc, &json!([{"op": "remove", "path": "/b"}]));
+        assert!(matches!(missing, Err(PatchError::OperationFailed(_))));
+
+        for bad in [
+            json!({"op": "add"}),
+            json!([{"op": "jump", "path": "/a"}]),
+            json!("x"),
+        ] {
+            let e = json_patch(&doc, &bad);
+            assert!(matches!(e, Err(PatchError::InvalidPatch(_))), "{bad}");
+            assert_eq!(e.err().map(|e| e.status_code()), Some(400));
+        }
+    }
+
+    #[test]
+    fn merge_patch_rfc7386() {
+        let doc = json!({"a": "b", "c": {"d": "e", "f": "g"}, "l": [1, 2]});
+        let patch = json!({"a": "z", "c": {"f": null, "h": 1}, "l": [3]});
+        assert_eq!(
+            merge_patch(&doc, &patch),
+            json!({"a": "z", "c": {"d": "e", "h": 1}, "l": [3]})
+        );
+        assert_eq!(merge_patch(&doc, &json!([1])), json!([1]));
+        assert_eq!(
+            merge_patch(&json!([1]), &json!({"a": null, "b": 1})),
+            json!({"b": 1})
+        );
+    }
+}

@@ -1,0 +1,43 @@
+//! `fabrik`: the Fabrik control plane.
+//!
+//! `fabrik up --data-dir DIR --listen ADDR` runs a whole Fabrik on one machine; its command line
+//! and the files it writes (`DIR/host.kubeconfig`) are a contract other tools depend on.
+
+mod up;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "fabrik",
+    version,
+    about = "Fabrik: tenant Kubernetes clusters on one shared GPU pool"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run Fabrik on this machine: the embedded host cluster, served over HTTPS.
+    Up(up::UpArgs),
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FABRIK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match cli.command {
+        Command::Up(args) => runtime.block_on(up::run(args)),
+    }
+}

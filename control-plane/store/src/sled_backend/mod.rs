@@ -1,0 +1,23 @@
+//! The embedded sled backend of [`Store`](crate::Store): one sled database per process, one
+//! independent keyspace per cluster.
+//!
+//! Modules: [`config`] (settings and defaults), [`backend`] (database and keyspace lifecycle),
+//! [`keyspace`] (trees and the `Store` impl), [`write`] (the transactional write path),
+//! [`history`] (change log and list at a revision), [`watch`] (watch streams), [`codec`]
+//! (record encodings), [`group_commit`] (shared flushes).
+
+mod backend;
+mod codec;
+mod config;
+mod group_commit;
+mod history;
+mod keyspace;
+mod watch;
+mod write;
+
+#[cfg(test)]
+mod tests;
+
+pub use backend::SledBackend;
+pub use config::{SledConfig, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY};
+pub use keyspace::{SledStore, INITIAL_REVISION};

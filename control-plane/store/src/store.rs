@@ -1,0 +1,63 @@
+//! The [`Store`] trait: the revisioned key-value contract every backend (sled now, etcd later)
+//! implements, modelled on etcd's MVCC API.
+//!
+//! Guarantees every implementation gives:
+//! * one revision counter per keyspace, strictly increasing by one per successful write,
+//!   never reused (also across restarts);
+//! * a write returns only once it is durable;
+//! * `list` and `watch` can start at any revision from [`Store::compacted_revision`] to
+//!   [`Store::current_revision`]; older ones fail with [`StoreError::Compacted`];
+//! * a watch yields every matching change after its start revision exactly once, in revision
+//!   order, with no gap between history and live changes.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::error::StoreError;
+use crate::types::{KeyValue, ListOptions, ListResult, Revision, WatchStream};
+
+/// A revisioned key-value store for one keyspace (one cluster).
+#[async_trait::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// The current (latest committed) revision of this keyspace. An empty, never written
+    /// keyspace is at revision 1 (so no list ever reports revision 0, which Kubernetes treats
+    /// as "any"); the first write takes revision 2.
+    async fn current_revision(&self) -> Result<Revision, StoreError>;
+
+    /// Oldest revision a watch/list can still start from.
+    async fn compacted_revision(&self) -> Result<Revision, StoreError>;
+
+    /// The key's current value, or None.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>, StoreError>;
+
+    /// Keys under a prefix, sorted, paginated, at the current or an older revision.
+    async fn list(&self, opts: ListOptions) -> Result<ListResult, StoreError>;
+
+    /// Create a key. Fails with AlreadyExists.
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue, StoreError>;
+
+    /// Replace the value. `expected`: Some(rev) = compare-and-swap on the key's mod_revision
+    /// (Conflict otherwise); NotFound if absent.
+    async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected: Option<Revision>,
+    ) -> Result<KeyValue, StoreError>;
+
+    /// Delete; same `expected` semantics as `update`; returns the deleted value with
+    /// mod_revision = deletion revision.
+    async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue, StoreError>;
+
+    /// Every change under `prefix` with revision > `after`, in revision order, exactly once,
+    /// then live changes forever. `after` older than the compacted revision -> Err(Compacted)
+    /// (either from this call or as the stream's first item). Progress items at about
+    /// `progress_interval` when Some.
+    async fn watch(
+        &self,
+        prefix: &str,
+        after: Revision,
+        progress_interval: Option<Duration>,
+    ) -> Result<WatchStream, StoreError>;
+}

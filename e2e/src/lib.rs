@@ -1,0 +1,212 @@
+//! Harness for end-to-end tests: starts the real `fabrik up` in a temporary data directory and
+//! hands out real clients for it (kubectl binaries, a kube-rs `Client`).
+//!
+//! The binary is the workspace's `target/debug/fabrik` (built by the test command before the
+//! tests run), or `FABRIK_BIN`. kubectl binaries come from `.tools/bin` (installed by
+//! `scripts/install-test-deps.sh`), or `FABRIK_KUBECTLS` (comma-separated paths).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// Path of the `fabrik` binary under test.
+pub fn fabrik_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("FABRIK_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target"));
+    target.join("debug").join("fabrik")
+}
+
+/// A kubectl binary and its version label.
+#[derive(Clone, Debug)]
+pub struct Kubectl {
+    /// e.g. "1.27".
+    pub version: String,
+    /// The executable.
+    pub path: PathBuf,
+}
+
+/// The kubectl binaries to test with: oldest and newest available.
+pub fn kubectls() -> Vec<Kubectl> {
+    if let Ok(list) = std::env::var("FABRIK_KUBECTLS") {
+        return list
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(|p| Kubectl { version: p.rsplit('-').next().unwrap_or(p).to_string(), path: PathBuf::from(p) })
+            .collect();
+    }
+    let bin = repo_root().join(".tools").join("bin");
+    ["1.27", "1.35"]
+        .iter()
+        .map(|v| Kubectl { version: v.to_string(), path: bin.join(format!("kubectl-{v}")) })
+        .filter(|k| k.path.exists())
+        .collect()
+}
+
+/// A running `fabrik up` with its own data directory.
+pub struct Fabrik {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    /// Extra arguments given to `fabrik up`.
+    args: Vec<String>,
+}
+
+impl Fabrik {
+    /// Starts `fabrik up --data-dir <tmp> --listen 127.0.0.1:0` and waits for its kubeconfig.
+    pub fn start() -> Result<Fabrik> {
+        Self::start_with(&[])
+    }
+
+    /// Starts with extra `fabrik up` arguments.
+    pub fn start_with(args: &[&str]) -> Result<Fabrik> {
+        let dir = tempfile::tempdir().context("tempdir")?;
+        let mut f = Fabrik { child: None, dir, args: args.iter().map(|s| s.to_string()).collect() };
+        f.spawn()?;
+        Ok(f)
+    }
+
+    fn spawn(&mut self) -> Result<()> {
+        let bin = fabrik_bin();
+        if !bin.exists() {
+            bail!("{} is missing: build it first with `cargo build -p control-plane --bin fabrik`", bin.display());
+        }
+        let _ = std::fs::remove_file(self.kubeconfig());
+        let log = std::fs::File::create(self.dir.path().join("fabrik.log"))?;
+        let child = Command::new(&bin)
+            .arg("up")
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !self.kubeconfig().exists() {
+            if let Some(c) = self.child.as_mut() {
+                if let Some(status) = c.try_wait()? {
+                    bail!("fabrik up exited with {status}: {}", self.log());
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("fabrik up did not become ready in 30 s: {}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The data directory.
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// `DATA/host.kubeconfig`.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.data_dir().join("host.kubeconfig")
+    }
+
+    /// What the server printed.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("fabrik.log")).unwrap_or_default()
+    }
+
+    /// Stops with SIGTERM and waits; returns the exit status.
+    pub fn stop(&mut self) -> Result<std::process::ExitStatus> {
+        let mut child = self.child.take().context("not running")?;
+        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(status) = child.try_wait()? {
+                return Ok(status);
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                bail!("fabrik up did not stop within 20 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stops and starts again on the same data directory (a new port).
+    pub fn restart(&mut self) -> Result<()> {
+        let status = self.stop()?;
+        if !status.success() {
+            bail!("fabrik up exited with {status} on SIGTERM: {}", self.log());
+        }
+        self.spawn()
+    }
+
+    /// Runs `kubectl` with this cluster's kubeconfig.
+    pub fn kubectl(&self, kubectl: &Kubectl, args: &[&str]) -> Result<Output> {
+        self.kubectl_env(kubectl, args, &[])
+    }
+
+    /// Runs `kubectl` with extra environment variables.
+    pub fn kubectl_env(&self, kubectl: &Kubectl, args: &[&str], env: &[(&str, &str)]) -> Result<Output> {
+        let cache = self.dir.path().join(format!("kube-cache-{}", kubectl.version));
+        let out = Command::new(&kubectl.path)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .env("KUBECACHEDIR", cache)
+            .env("HOME", self.dir.path())
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("running {}", kubectl.path.display()))?;
+        Ok(out)
+    }
+
+    /// Runs `kubectl` and requires success; returns stdout.
+    pub fn kubectl_ok(&self, kubectl: &Kubectl, args: &[&str]) -> Result<String> {
+        let out = self.kubectl(kubectl, args)?;
+        if !out.status.success() {
+            bail!(
+                "kubectl {} {:?} failed: {}\n{}",
+                kubectl.version,
+                args,
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// A kube-rs client for this cluster.
+    pub async fn client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.kubeconfig())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+impl Drop for Fabrik {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Installs the rustls crypto provider once (kube-rs needs one chosen explicitly).
+pub fn init_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
