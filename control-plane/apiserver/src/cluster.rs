@@ -128,6 +128,14 @@ impl Cluster {
                 tracing::error!(error = %e, "listener stopped");
             }
         }));
+        // Build the OpenAPI documents in the background: the first kubectl that asks for them
+        // then gets them from the cache instead of waiting for their generation.
+        let warm = server.clone();
+        tokio::task::spawn_blocking(move || {
+            let catalog = warm.registry.catalog();
+            let _ = warm.openapi.v3_index(catalog);
+            let _ = warm.openapi.v2_protobuf(catalog);
+        });
         let shutdown = server.shutdown_signal();
         tasks.push(tokio::spawn(crate::controllers::namespace::run(
             registry, shutdown,
@@ -158,7 +166,9 @@ impl Cluster {
 
     /// An admin kubeconfig (client certificate in `system:masters`).
     pub fn admin_kubeconfig(&self, name: &str) -> Result<String, PkiError> {
-        let client = self.ca.issue_client("fabrik-admin", Some("system:masters"))?;
+        let client = self
+            .ca
+            .issue_client("fabrik-admin", Some("system:masters"))?;
         Ok(crate::kubeconfig::render(
             name,
             &self.url(),

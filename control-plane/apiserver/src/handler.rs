@@ -157,14 +157,10 @@ impl Query {
 
     fn list_params(&self) -> Result<ListParams> {
         let (labels, fields) = self.selectors()?;
+        // Upstream does not validate the sign: a limit of 0 or less means "no limit".
         let limit = match self.int("limit")? {
-            Some(l) if l < 0 => {
-                return Err(ApiError::BadRequest(
-                    "limit must be a non-negative integer".into(),
-                ))
-            }
-            Some(l) => Some(l as usize),
-            None => None,
+            Some(l) if l > 0 => usize::try_from(l).ok(),
+            _ => None,
         };
         Ok(ListParams {
             labels,
@@ -250,6 +246,19 @@ impl ApiServer {
         user: Option<&UserInfo>,
     ) -> std::result::Result<(Reply, String, String), (ApiError, String, String)> {
         let method = req.method().clone();
+        // Authentication comes before routing (as upstream): an anonymous caller gets 401 for
+        // every path but the public ones, and learns nothing about which paths exist.
+        let public_path = matches!(
+            request_info::parse(&method, req.uri().path(), false),
+            Ok(Route::Health | Route::Version)
+        );
+        if user.is_none() && !public_path {
+            return Err((
+                ApiError::Unauthorized,
+                method.as_str().to_ascii_lowercase(),
+                String::new(),
+            ));
+        }
         let watch = query
             .flag("watch")
             .map_err(|e| (e, "watch".to_string(), String::new()))?;

@@ -93,8 +93,10 @@ pub enum Route {
 /// Subresources of namespaces that sit directly under `/namespaces/<name>/`.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
+/// Like upstream `IsValidPathSegmentName`: not `.` or `..`, no `/`, and no `%` (paths are not
+/// percent-decoded here, so an encoded `/` or `.` can never become part of a key).
 fn segment(s: &str) -> Result<String, ApiError> {
-    if s.is_empty() || s == "." || s == ".." || s.contains('/') {
+    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('%') {
         return Err(ApiError::BadRequest(format!("invalid path segment {s:?}")));
     }
     Ok(s.to_string())
@@ -238,6 +240,19 @@ mod tests {
             parse(&Method::GET, "/api/v1/namespaces/../pods/x", false),
             Err(ApiError::BadRequest(_))
         ));
+        for encoded in [
+            "/api/v1/namespaces/default/configmaps/..%2Fsecrets",
+            "/api/v1/namespaces/..%2Fkube-system/configmaps",
+            "/api/v1/namespaces/default/configmaps/%2e%2e",
+        ] {
+            assert!(
+                matches!(
+                    parse(&Method::GET, encoded, false),
+                    Err(ApiError::BadRequest(_))
+                ),
+                "{encoded}"
+            );
+        }
         assert!(matches!(
             parse(&Method::PUT, "/api/v1/pods", false),
             Err(ApiError::MethodNotAllowed)

@@ -49,6 +49,15 @@ pub fn decode(token: &str, prefix: &str) -> Result<(u64, String), ApiError> {
     if token.start.is_empty() {
         return Err(bad("continue key is empty"));
     }
+    // Like upstream's `path.Clean` check: a start key that is not already clean (empty, `.` or
+    // `..` segments) is refused rather than resolved.
+    if token
+        .start
+        .split('/')
+        .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+    {
+        return Err(bad("continue key is not clean"));
+    }
     Ok((token.rv, format!("{prefix}{}", token.start)))
 }
 
@@ -72,5 +81,9 @@ mod tests {
         );
         assert!(decode("!!!", "/x/").is_err());
         assert!(decode("e30=", "/x/").is_err());
+        for start in ["../secrets/ns/s", "a//b", "./a", "a/"] {
+            let t = encode(7, "/core/pods/", &format!("/core/pods/{start}"));
+            assert!(decode(&t, "/core/pods/").is_err(), "{start}");
+        }
     }
 }

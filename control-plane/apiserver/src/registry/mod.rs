@@ -162,6 +162,57 @@ fn random_suffix() -> String {
         .collect()
 }
 
+/// Upstream `ValidateListOptions` (for a list, not a watch): `resourceVersionMatch` needs a
+/// `resourceVersion`, no `continue`, a supported value, and `Exact` a non-zero version. Failures
+/// are 422 Invalid on kind `ListOptions` of `meta.k8s.io`, as upstream answers.
+fn validate_list_options(params: &ListParams) -> Result<()> {
+    let matching = params.resource_version_match.as_deref().unwrap_or("");
+    if matching.is_empty() {
+        return Ok(());
+    }
+    let rv = params.resource_version.as_deref().unwrap_or("");
+    let field = "resourceVersionMatch";
+    let mut causes = Vec::new();
+    if rv.is_empty() {
+        causes.push(crate::strategy::forbidden(
+            field,
+            "resourceVersionMatch is forbidden unless resourceVersion is provided",
+        ));
+    }
+    if params
+        .continue_token
+        .as_deref()
+        .is_some_and(|c| !c.is_empty())
+    {
+        causes.push(crate::strategy::forbidden(
+            field,
+            "resourceVersionMatch is forbidden when continue is provided",
+        ));
+    }
+    if !matches!(matching, "Exact" | "NotOlderThan") {
+        causes.push(crate::strategy::not_supported(
+            field,
+            matching,
+            &["Exact", "NotOlderThan", ""],
+        ));
+    }
+    if matching == "Exact" && rv == "0" {
+        causes.push(crate::strategy::forbidden(
+            field,
+            "resourceVersionMatch \"exact\" is forbidden for resourceVersion \"0\"",
+        ));
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid {
+        kind: "ListOptions".into(),
+        group: "meta.k8s.io".into(),
+        name: String::new(),
+        causes,
+    })
+}
+
 impl Registry {
     /// A registry over `store` serving `catalog`.
     pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Registry {
@@ -466,6 +517,7 @@ impl Registry {
         params: &ListParams,
     ) -> Result<ListPage> {
         self.check_field_selector(def, &params.fields)?;
+        validate_list_options(params)?;
         let prefix = def.key_prefix(ns);
         let mut revision = None;
         let mut start_after = None;
@@ -947,3 +999,6 @@ impl Registry {
         self.catalog.get(group, version, plural)
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -22,6 +22,16 @@ pub fn apply(
 ) -> Result<Value> {
     match ty {
         BodyType::JsonPatch => {
+            // Upstream: a document that does not decode as a list of operations is 400; only
+            // operations that fail to apply are 422.
+            if !patch_doc
+                .as_array()
+                .is_some_and(|ops| ops.iter().all(Value::is_object))
+            {
+                return Err(ApiError::BadRequest(
+                    "a JSON patch must be a list of operation objects".into(),
+                ));
+            }
             patch::json_patch(doc, patch_doc).map_err(|e| ApiError::Invalid {
                 kind: String::new(),
                 group: String::new(),
