@@ -45,13 +45,19 @@ pub fn kubectls() -> Vec<Kubectl> {
         return list
             .split(',')
             .filter(|s| !s.is_empty())
-            .map(|p| Kubectl { version: p.rsplit('-').next().unwrap_or(p).to_string(), path: PathBuf::from(p) })
+            .map(|p| Kubectl {
+                version: p.rsplit('-').next().unwrap_or(p).to_string(),
+                path: PathBuf::from(p),
+            })
             .collect();
     }
     let bin = repo_root().join(".tools").join("bin");
     ["1.27", "1.35"]
         .iter()
-        .map(|v| Kubectl { version: v.to_string(), path: bin.join(format!("kubectl-{v}")) })
+        .map(|v| Kubectl {
+            version: v.to_string(),
+            path: bin.join(format!("kubectl-{v}")),
+        })
         .filter(|k| k.path.exists())
         .collect()
 }
@@ -73,7 +79,11 @@ impl Fabrik {
     /// Starts with extra `fabrik up` arguments.
     pub fn start_with(args: &[&str]) -> Result<Fabrik> {
         let dir = tempfile::tempdir().context("tempdir")?;
-        let mut f = Fabrik { child: None, dir, args: args.iter().map(|s| s.to_string()).collect() };
+        let mut f = Fabrik {
+            child: None,
+            dir,
+            args: args.iter().map(|s| s.to_string()).collect(),
+        };
         f.spawn()?;
         Ok(f)
     }
@@ -81,7 +91,10 @@ impl Fabrik {
     fn spawn(&mut self) -> Result<()> {
         let bin = fabrik_bin();
         if !bin.exists() {
-            bail!("{} is missing: build it first with `cargo build -p control-plane --bin fabrik`", bin.display());
+            bail!(
+                "{} is missing: build it first with `cargo build -p control-plane --bin fabrik`",
+                bin.display()
+            );
         }
         let _ = std::fs::remove_file(self.kubeconfig());
         let log = std::fs::File::create(self.dir.path().join("fabrik.log"))?;
@@ -131,7 +144,10 @@ impl Fabrik {
     /// Stops with SIGTERM and waits; returns the exit status.
     pub fn stop(&mut self) -> Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("not running")?;
-        let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(child.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(status) = child.try_wait()? {
@@ -160,8 +176,16 @@ impl Fabrik {
     }
 
     /// Runs `kubectl` with extra environment variables.
-    pub fn kubectl_env(&self, kubectl: &Kubectl, args: &[&str], env: &[(&str, &str)]) -> Result<Output> {
-        let cache = self.dir.path().join(format!("kube-cache-{}", kubectl.version));
+    pub fn kubectl_env(
+        &self,
+        kubectl: &Kubectl,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Output> {
+        let cache = self
+            .dir
+            .path()
+            .join(format!("kube-cache-{}", kubectl.version));
         let out = Command::new(&kubectl.path)
             .args(args)
             .env("KUBECONFIG", self.kubeconfig())

@@ -15,7 +15,7 @@ use fabrik_machinery::fields::FieldSelector;
 use fabrik_machinery::labels::Selector;
 use futures::StreamExt;
 use http::{header, HeaderValue, Request, Response, StatusCode};
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
@@ -32,6 +32,10 @@ use crate::table::{self, IncludeObject};
 
 /// The response body: a whole document or a watch stream.
 pub type Body = http_body_util::combinators::UnsyncBoxBody<Bytes, Infallible>;
+
+/// A request body: the socket's, or an in-process client's (boxed so the pipeline is not generic).
+pub type RequestBody =
+    http_body_util::combinators::BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 
 /// Requests larger than this are refused with 413 (upstream: 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -173,32 +177,50 @@ impl Query {
     }
 }
 
-fn header_str(req: &Request<hyper::body::Incoming>, name: header::HeaderName) -> Option<&str> {
+fn header_str(req: &Request<RequestBody>, name: header::HeaderName) -> Option<&str> {
     req.headers().get(name).and_then(|v| v.to_str().ok())
 }
 
-async fn read_body(body: hyper::body::Incoming) -> Result<Bytes> {
-    match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(ApiError::RequestEntityTooLarge {
-                limit: MAX_BODY_BYTES,
-            })
+/// How much of an oversized body is still read (and discarded) before answering 413: a client
+/// that is still writing when the connection closes sees a broken pipe instead of the Status.
+const MAX_DRAIN_BYTES: usize = 4 * MAX_BODY_BYTES;
+
+async fn read_body<B>(mut body: B) -> Result<Bytes>
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+    B::Error: std::fmt::Display,
+{
+    let mut buf: Vec<u8> = Vec::new();
+    let mut seen = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::BadRequest(format!("failed to read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen > MAX_BODY_BYTES {
+            buf = Vec::new();
+            if seen > MAX_DRAIN_BYTES {
+                break;
+            }
+            continue;
         }
-        Err(e) => Err(ApiError::BadRequest(format!(
-            "failed to read the request body: {e}"
-        ))),
+        buf.extend_from_slice(&data);
     }
+    if seen > MAX_BODY_BYTES {
+        return Err(ApiError::RequestEntityTooLarge {
+            limit: MAX_BODY_BYTES,
+        });
+    }
+    Ok(Bytes::from(buf))
 }
 
 impl ApiServer {
     /// Serves one request from `user` (None: no client certificate).
     pub async fn handle(
         self: Arc<Self>,
-        req: Request<hyper::body::Incoming>,
+        req: Request<RequestBody>,
         user: Option<UserInfo>,
     ) -> Response<Body> {
         let started = Instant::now();
@@ -241,7 +263,7 @@ impl ApiServer {
 
     async fn route(
         &self,
-        req: Request<hyper::body::Incoming>,
+        req: Request<RequestBody>,
         query: &Query,
         user: Option<&UserInfo>,
     ) -> std::result::Result<(Reply, String, String), (ApiError, String, String)> {
@@ -282,11 +304,7 @@ impl ApiServer {
         }
     }
 
-    async fn non_resource(
-        &self,
-        req: &Request<hyper::body::Incoming>,
-        route: Route,
-    ) -> Result<Reply> {
+    async fn non_resource(&self, req: &Request<RequestBody>, route: Route) -> Result<Reply> {
         let accept = header_str(req, header::ACCEPT);
         let catalog = self.registry.catalog();
         match route {
@@ -355,7 +373,7 @@ impl ApiServer {
 
     async fn resource(
         &self,
-        req: Request<hyper::body::Incoming>,
+        req: Request<RequestBody>,
         query: &Query,
         r: ResourceRequest,
     ) -> Result<Reply> {
@@ -504,7 +522,7 @@ impl ApiServer {
 
     async fn decode(
         &self,
-        req: Request<hyper::body::Incoming>,
+        req: Request<RequestBody>,
         content_type: Option<&str>,
         patch: bool,
     ) -> Result<Value> {
@@ -532,15 +550,24 @@ impl ApiServer {
 
     async fn delete_options(
         &self,
-        req: Request<hyper::body::Incoming>,
+        req: Request<RequestBody>,
         query: &Query,
     ) -> Result<DeleteOptions> {
+        let ty = negotiation::body_type(header_str(&req, header::CONTENT_TYPE))?;
         let bytes = read_body(req.into_body()).await?;
         let body: Value = if bytes.is_empty() {
             Value::Null
         } else {
-            serde_json::from_slice(&bytes)
-                .map_err(|e| ApiError::BadRequest(format!("invalid DeleteOptions: {e}")))?
+            match ty {
+                BodyType::Json | BodyType::Yaml | BodyType::Protobuf => {
+                    negotiation::decode_body(&bytes, ty)?
+                }
+                _ => {
+                    return Err(ApiError::UnsupportedMediaType(
+                        "DeleteOptions must be JSON, YAML or protobuf".into(),
+                    ))
+                }
+            }
         };
         if let Some(p) = body["propagationPolicy"]
             .as_str()
@@ -687,4 +714,19 @@ impl ApiServer {
 
 fn success_status() -> Value {
     json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn body_limit() {
+        let small = read_body(Full::new(Bytes::from_static(b"{}"))).await;
+        assert_eq!(small.ok(), Some(Bytes::from_static(b"{}")));
+        let exact = read_body(Full::new(Bytes::from(vec![b'x'; MAX_BODY_BYTES]))).await;
+        assert_eq!(exact.map(|b| b.len()).ok(), Some(MAX_BODY_BYTES));
+        let over = read_body(Full::new(Bytes::from(vec![b'x'; MAX_BODY_BYTES + 1]))).await;
+        assert!(matches!(over, Err(ApiError::RequestEntityTooLarge { .. })));
+    }
 }

@@ -103,6 +103,8 @@ pub enum BodyType {
     StrategicMergePatch,
     /// Server-side apply.
     ApplyPatch,
+    /// Kubernetes protobuf (`application/vnd.kubernetes.protobuf`), what typed Go clients send.
+    Protobuf,
 }
 
 /// Classifies `Content-Type`.
@@ -118,17 +120,20 @@ pub fn body_type(content_type: Option<&str>) -> Result<BodyType, ApiError> {
         "application/merge-patch+json" => BodyType::MergePatch,
         "application/strategic-merge-patch+json" => BodyType::StrategicMergePatch,
         "application/apply-patch+yaml" | "application/apply-patch+cbor" => BodyType::ApplyPatch,
+        "application/vnd.kubernetes.protobuf" => BodyType::Protobuf,
         other => {
             return Err(ApiError::UnsupportedMediaType(format!(
-                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"
+                "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/json-patch+json, application/merge-patch+json, application/strategic-merge-patch+json (got {other:?})"
             )))
         }
     })
 }
 
-/// Decodes a JSON or YAML body into a JSON value.
+/// Decodes a JSON, YAML or protobuf body into a JSON value.
 pub fn decode_body(bytes: &[u8], ty: BodyType) -> Result<serde_json::Value, ApiError> {
     match ty {
+        BodyType::Protobuf => fabrik_openapi::decode_k8s_protobuf(bytes)
+            .map_err(|e| ApiError::BadRequest(format!("failed to decode the protobuf body: {e}"))),
         BodyType::Yaml | BodyType::ApplyPatch => serde_yaml_ng::from_slice::<serde_json::Value>(bytes)
             .map_err(|e| ApiError::BadRequest(format!("error decoding YAML: {e}"))),
         _ => serde_json::from_slice(bytes).map_err(|e| {
@@ -172,6 +177,11 @@ mod tests {
         );
         assert!(body_type(Some("text/plain")).is_err());
         assert!(decode_body(b"{not json", BodyType::Json).is_err());
+        assert_eq!(
+            body_type(Some("application/vnd.kubernetes.protobuf")).ok(),
+            Some(BodyType::Protobuf)
+        );
+        assert!(decode_body(b"k8s\0\x0a\xff", BodyType::Protobuf).is_err());
         assert!(decode_body(b"a: [", BodyType::Yaml).is_err());
         assert_eq!(
             decode_body(b"a: 1", BodyType::Yaml).ok(),

@@ -93,17 +93,25 @@ pub enum Route {
 /// Subresources of namespaces that sit directly under `/namespaces/<name>/`.
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
-/// Like upstream `IsValidPathSegmentName`: not `.` or `..`, no `/`, and no `%` (paths are not
-/// percent-decoded here, so an encoded `/` or `.` can never become part of a key).
+/// A namespace, name or subresource segment: percent-decoded like upstream, then refused when
+/// it could address anything but one object (`.`, `..`, `/`, `%` after decoding).
 fn segment(s: &str) -> Result<String, ApiError> {
-    if s.is_empty() || s == "." || s == ".." || s.contains('/') || s.contains('%') {
+    let decoded = percent_encoding::percent_decode_str(s)
+        .decode_utf8()
+        .map_err(|_| ApiError::BadRequest(format!("invalid path segment {s:?}: not UTF-8")))?;
+    if decoded.is_empty()
+        || decoded == "."
+        || decoded == ".."
+        || decoded.contains('/')
+        || decoded.contains('%')
+    {
         return Err(ApiError::BadRequest(format!("invalid path segment {s:?}")));
     }
-    Ok(s.to_string())
+    Ok(decoded.into_owned())
 }
 
-/// Parses `path` (already percent-decoded segments are not expected: Kubernetes names never need
-/// encoding) with the HTTP `method` and whether `watch` was asked in the query.
+/// Parses `path` (as sent: segments are percent-decoded here) with the HTTP `method` and whether
+/// `watch` was asked in the query.
 pub fn parse(method: &http::Method, path: &str, watch_param: bool) -> Result<Route, ApiError> {
     let trimmed = path.trim_end_matches('/');
     let parts: Vec<&str> = trimmed.split('/').skip(1).collect();
@@ -244,6 +252,8 @@ mod tests {
             "/api/v1/namespaces/default/configmaps/..%2Fsecrets",
             "/api/v1/namespaces/..%2Fkube-system/configmaps",
             "/api/v1/namespaces/default/configmaps/%2e%2e",
+            "/api/v1/namespaces/default/configmaps/a%25b",
+            "/api/v1/namespaces/default/configmaps/%ff",
         ] {
             assert!(
                 matches!(
@@ -253,6 +263,12 @@ mod tests {
                 "{encoded}"
             );
         }
+        // Encoded characters that are legal in names decode to them.
+        let r = res(
+            Method::GET,
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles/system%3Aview",
+        );
+        assert_eq!(r.name.as_deref(), Some("system:view"));
         assert!(matches!(
             parse(&Method::PUT, "/api/v1/pods", false),
             Err(ApiError::MethodNotAllowed)

@@ -6,6 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use http_body_util::BodyExt;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
@@ -207,7 +208,10 @@ async fn serve_connection(
     let service = service_fn(move |req| {
         let server = server.clone();
         let user = user.clone();
-        async move { Ok::<_, Infallible>(server.handle(req, user).await) }
+        async move {
+            let req = req.map(|body: hyper::body::Incoming| body.map_err(|e| e.into()).boxed());
+            Ok::<_, Infallible>(server.handle(req, user).await)
+        }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
     if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {

@@ -6,6 +6,8 @@
 //!   ([`Definitions::prune_unknown`]).
 //! - [`v3_index`] and [`v3_document`]: `/openapi/v3` and `/openapi/v3/<path>`.
 //! - [`v2_document`] and [`v2_protobuf`]: `/openapi/v2` as JSON and as gnostic protobuf.
+//! - [`decode_k8s_protobuf`]: a `application/vnd.kubernetes.protobuf` request body as the JSON
+//!   object a JSON client would have sent.
 //!
 //! This crate does no I/O and knows nothing about storage: callers describe what they serve
 //! with [`ResourceDoc`]s.
@@ -33,7 +35,7 @@ pub use definitions::Definitions;
 pub use docs::content_hash;
 pub use error::OpenApiError;
 pub use fabrik_machinery::patch::{FieldPatchInfo, PatchSchema};
-pub use protobuf::v2_protobuf;
+pub use protobuf::{decode_k8s_protobuf, v2_protobuf, ProtobufDecodeError, K8S_PROTOBUF_MAGIC};
 pub use resource::{ResourceDoc, SubresourceDoc};
 pub use served::builtin_resources;
 pub use v2::v2_document;

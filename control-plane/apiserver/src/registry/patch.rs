@@ -60,7 +60,7 @@ pub fn apply(
         BodyType::ApplyPatch => Err(ApiError::UnsupportedMediaType(
             "server-side apply (application/apply-patch+yaml) is not served yet".into(),
         )),
-        BodyType::Json | BodyType::Yaml => Err(ApiError::UnsupportedMediaType(
+        BodyType::Json | BodyType::Yaml | BodyType::Protobuf => Err(ApiError::UnsupportedMediaType(
             "the body of a PATCH must be application/json-patch+json, application/merge-patch+json or application/strategic-merge-patch+json".into(),
         )),
     }
