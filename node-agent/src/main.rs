@@ -1,0 +1,3 @@
+//! `fabrik-node-agent`: the GPU node agent.
+
+fn main() {}
