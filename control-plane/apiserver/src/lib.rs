@@ -11,6 +11,7 @@
 //! What it does not do (yet): server-side apply, CRDs, RBAC and admission plugins, the pod
 //! streaming subresources; those arrive with their issues.
 
+pub mod client;
 pub mod cluster;
 pub mod controllers;
 pub mod discovery;
