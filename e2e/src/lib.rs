@@ -234,3 +234,110 @@ impl Drop for Fabrik {
 pub fn init_crypto() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
+
+/// A stand-in for kubelets: marks every pending pod Running and Ready through `pods/status`,
+/// exactly as a kubelet reports it, until dropped. No kubelet runs pods in a Fabrik cluster on
+/// one machine; tests that need workloads to become ready (rollouts, `helm --wait`) use this.
+pub struct FakeKubelet {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeKubelet {
+    /// Starts marking pods of the cluster behind `kubeconfig` ready.
+    pub fn start(kubeconfig: &Path) -> Result<FakeKubelet> {
+        init_crypto();
+        let kubeconfig = kubeconfig.to_path_buf();
+        let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let thread = std::thread::spawn(move || {
+            runtime.block_on(async move {
+                let Ok(kc) = kube::config::Kubeconfig::read_from(&kubeconfig) else {
+                    return;
+                };
+                let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await else {
+                    return;
+                };
+                let Ok(client) = kube::Client::try_from(config) else {
+                    return;
+                };
+                let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
+                loop {
+                    if let Ok(list) = pods.list(&kube::api::ListParams::default().fields("status.phase=Pending")).await {
+                        for pod in list.items {
+                            let _ = mark_ready(&client, &pod).await;
+                        }
+                    }
+                    tokio::select! {
+                        _ = &mut rx => return,
+                        _ = tokio::time::sleep(Duration::from_millis(100)) => {},
+                    }
+                }
+            });
+        });
+        Ok(FakeKubelet { stop: Some(tx), thread: Some(thread) })
+    }
+}
+
+async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod) -> Result<()> {
+    use kube::ResourceExt;
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), &ns);
+    let now = "2026-01-01T00:00:00Z";
+    let containers: Vec<serde_json::Value> = pod
+        .spec
+        .as_ref()
+        .map(|s| s.containers.iter().map(|c| serde_json::json!({
+            "name": c.name, "image": c.image, "imageID": "", "ready": true, "started": true,
+            "restartCount": 0, "state": {"running": {"startedAt": now}}
+        })).collect())
+        .unwrap_or_default();
+    let status = serde_json::json!({"status": {
+        "phase": "Running",
+        "podIP": "10.244.0.10",
+        "hostIP": "10.0.0.1",
+        "startTime": now,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now}
+        ],
+        "containerStatuses": containers,
+    }});
+    api.patch_status(&pod.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await?;
+    Ok(())
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A Helm binary and its major version.
+#[derive(Clone, Debug)]
+pub struct Helm {
+    /// "3" or "4".
+    pub major: String,
+    /// The executable.
+    pub path: PathBuf,
+}
+
+/// Helm 3 and Helm 4 from `.tools/bin`.
+pub fn helms() -> Vec<Helm> {
+    let bin = repo_root().join(".tools").join("bin");
+    ["3", "4"]
+        .iter()
+        .map(|m| Helm { major: m.to_string(), path: bin.join(format!("helm-{m}")) })
+        .filter(|h| h.path.exists())
+        .collect()
+}

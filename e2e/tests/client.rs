@@ -12,8 +12,8 @@ use anyhow::{bail, ensure, Context, Result};
 use e2e::{init_crypto, Fabrik};
 use futures::stream::BoxStream;
 use futures::StreamExt;
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus};
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, VersionMatch, WatchEvent,
@@ -815,7 +815,7 @@ fn replicas(d: &Deployment) -> Option<i32> {
 #[tokio::test]
 async fn deployment_round_trip() -> Result<()> {
     let (_fabrik, client) = start(&[]).await?;
-    let deploys: Api<Deployment> = Api::namespaced(client, "default");
+    let deploys: Api<Deployment> = Api::namespaced(client.clone(), "default");
     let d: Deployment = serde_json::from_value(json!({
         "metadata": {"name": "web", "labels": {"app": "web"}},
         "spec": {
@@ -941,27 +941,34 @@ async fn deployment_round_trip() -> Result<()> {
         )
         .await?;
     ensure!(patched.spec.as_ref().and_then(|s| s.replicas) == Some(4));
-    let before_status = deploys.get("web").await?;
-    ensure!(replicas(&before_status) == Some(4));
+    ensure!(replicas(&deploys.get("web").await?) == Some(4));
 
-    // Status writes change only status.
+    // Status writes change only status, and main writes keep it. Checked on a kind no
+    // controller writes the status of (the Deployment's status belongs to its controller).
+    let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), "default");
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}
+    }))?;
+    let before_status = pvcs.create(&PostParams::default(), &claim).await?;
     let mut st = before_status.clone();
-    st.status = Some(DeploymentStatus {
-        replicas: Some(4),
-        ready_replicas: Some(2),
-        observed_generation: Some(generation(&before_status)),
-        ..Default::default()
-    });
-    st.spec.replicas = Some(10);
+    st.status = Some(serde_json::from_value(
+        json!({"phase": "Bound", "capacity": {"storage": "1Gi"}}),
+    )?);
+    st.spec.get_or_insert_with(Default::default).volume_name = Some("changed".into());
     st.metadata
         .labels
         .get_or_insert_with(BTreeMap::new)
         .insert("via".into(), "status".into());
-    let after = deploys
-        .replace_status("web", &PostParams::default(), &st)
+    let after = pvcs
+        .replace_status("data", &PostParams::default(), &st)
         .await?;
     ensure!(
-        replicas(&after) == Some(4) && generation(&after) == generation(&before_status),
+        after
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .is_none(),
         "status write changed spec: {after:?}"
     );
     ensure!(
@@ -969,28 +976,29 @@ async fn deployment_round_trip() -> Result<()> {
         "status write changed labels"
     );
     ensure!(
-        after.status.as_ref().and_then(|s| s.ready_replicas) == Some(2),
+        after.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"),
         "{:?}",
         after.status
     );
-    let patch = json!({"spec": {"replicas": 9}, "status": {"availableReplicas": 1}});
-    let after = deploys
-        .patch_status("web", &PatchParams::default(), &Patch::Merge(patch))
+    let patch = json!({"spec": {"volumeName": "x"}, "status": {"phase": "Lost"}});
+    let after = pvcs
+        .patch_status("data", &PatchParams::default(), &Patch::Merge(patch))
         .await?;
-    let status = after.status.clone().unwrap_or_default();
     ensure!(
-        replicas(&after) == Some(4)
-            && status.available_replicas == Some(1)
-            && status.ready_replicas == Some(2),
+        after
+            .spec
+            .as_ref()
+            .and_then(|s| s.volume_name.clone())
+            .is_none()
+            && after.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost"),
         "{after:?}"
     );
-    // ...and writes to the main resource keep status.
-    let patch = json!({"status": {"readyReplicas": 0}, "metadata": {"labels": {"main": "yes"}}});
-    let main = deploys
-        .patch("web", &PatchParams::default(), &Patch::Merge(patch))
+    let patch = json!({"status": {"phase": "Pending"}, "metadata": {"labels": {"main": "yes"}}});
+    let main = pvcs
+        .patch("data", &PatchParams::default(), &Patch::Merge(patch))
         .await?;
     ensure!(
-        main.status.as_ref().and_then(|s| s.ready_replicas) == Some(2)
+        main.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Lost")
             && main.labels().contains_key("main"),
         "{main:?}"
     );

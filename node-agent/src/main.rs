@@ -1,3 +1,96 @@
-//! `fabrik-node-agent`: the GPU node agent.
+//! `fabrik-node-agent`: the GPU node agent (see the library documentation).
 
-fn main() {}
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+
+use node_agent::agent::{Agent, Config};
+use node_agent::backend::{nvml::Nvml, simulated::Simulated, GpuBackend};
+
+/// Which GPU backend to use.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum BackendKind {
+    /// Real GPUs through NVML.
+    Nvml,
+    /// GPUs declared in a simulation file.
+    Simulated,
+}
+
+/// The Fabrik GPU node agent.
+#[derive(Debug, Parser)]
+#[command(name = "fabrik-node-agent", version)]
+struct Args {
+    /// Kubeconfig of the host API server.
+    #[arg(long, env = "KUBECONFIG")]
+    kubeconfig: PathBuf,
+    /// Name of the Node this agent manages.
+    #[arg(long, env = "NODE_NAME")]
+    node_name: String,
+    /// GPU backend.
+    #[arg(long, value_enum, default_value = "nvml")]
+    backend: BackendKind,
+    /// Simulation file (with `--backend simulated`).
+    #[arg(long)]
+    sim_file: Option<PathBuf>,
+    /// Directory for the agent's state file (and the simulated GPUs' state).
+    #[arg(long)]
+    state_dir: PathBuf,
+    /// Milliseconds between passes.
+    #[arg(long, default_value_t = 2000)]
+    interval_ms: u64,
+}
+
+fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
+    Ok(match args.backend {
+        BackendKind::Nvml => Box::new(Nvml::init()?),
+        BackendKind::Simulated => {
+            let Some(file) = &args.sim_file else {
+                bail!("--backend simulated needs --sim-file");
+            };
+            Box::new(Simulated::load(
+                file,
+                &args.node_name,
+                Some(args.state_dir.join("simulated-mig.json")),
+                Some(args.state_dir.join("sim-inject.yaml")),
+            )?)
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let args = Args::parse();
+    std::fs::create_dir_all(&args.state_dir)
+        .with_context(|| format!("creating {}", args.state_dir.display()))?;
+    let backend = backend(&args)?;
+    let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
+        .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
+    let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+    // kube 5 retries 429 answers by default; for an eviction a 429 means "a PodDisruptionBudget
+    // forbids it now", which the agent reports and retries on its next pass itself.
+    config.default_retry = false;
+    let client = kube::Client::try_from(config)?;
+    let agent = Agent::new(
+        client,
+        Config {
+            node_name: args.node_name.clone(),
+            state_dir: args.state_dir.clone(),
+            interval: Duration::from_millis(args.interval_ms.max(10)),
+        },
+        backend,
+    )?;
+    agent
+        .run(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await;
+    Ok(())
+}

@@ -17,11 +17,23 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 ///
 /// Must be called inside a tokio runtime (the client's request buffer spawns a task).
 pub fn in_process_client(server: Arc<ApiServer>, user: UserInfo) -> kube::Client {
+    // The default field manager of a write is the User-Agent's first word; name the caller.
+    let agent = http::HeaderValue::from_str(&format!(
+        "{}/{}",
+        user.name.rsplit(':').next().unwrap_or("fabrik"),
+        env!("CARGO_PKG_VERSION")
+    ))
+    .unwrap_or_else(|_| http::HeaderValue::from_static("fabrik"));
     let service = tower::service_fn(move |req: Request<kube::client::Body>| {
         let server = server.clone();
         let user = user.clone();
+        let agent = agent.clone();
         async move {
-            let (parts, body) = req.into_parts();
+            let (mut parts, body) = req.into_parts();
+            parts
+                .headers
+                .entry(http::header::USER_AGENT)
+                .or_insert(agent);
             let bytes = body
                 .collect()
                 .await

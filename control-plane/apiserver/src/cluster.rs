@@ -94,6 +94,10 @@ impl Cluster {
     ) -> Result<Cluster, StartError> {
         let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
         bootstrap(&registry).await?;
+        // Serve the CRDs that exist before answering anything, so their objects are reachable
+        // from the first request after a restart.
+        let mut crds = crate::controllers::crd::CrdController::default();
+        crds.reconcile_all(&registry).await?;
         let ca = Ca::load_or_create(&config.pki_dir, "fabrik-ca")?;
         let listener =
             TcpListener::bind(config.listen)
@@ -138,7 +142,18 @@ impl Cluster {
         });
         let shutdown = server.shutdown_signal();
         tasks.push(tokio::spawn(crate::controllers::namespace::run(
-            registry, shutdown,
+            registry.clone(),
+            shutdown,
+        )));
+        tasks.push(tokio::spawn(crds.run(registry, server.shutdown_signal())));
+        // The workload controllers and the garbage collector, over the in-process client.
+        let client = crate::client::in_process_client(
+            server.clone(),
+            crate::client::controller_identity("controller-manager"),
+        );
+        tasks.push(tokio::spawn(fabrik_controllers::run(
+            client,
+            server.shutdown_signal(),
         )));
         Ok(Cluster {
             addr,

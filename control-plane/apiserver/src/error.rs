@@ -68,6 +68,18 @@ pub enum ApiError {
         /// Why.
         message: String,
     },
+    /// 409: a server-side apply changes fields other managers own.
+    #[error("{message}")]
+    ApplyConflict {
+        /// The resource.
+        resource: GroupResource,
+        /// The object's name.
+        name: String,
+        /// Upstream's "Apply failed with N conflicts: ..." text.
+        message: String,
+        /// (field, message) per conflict.
+        causes: Vec<(String, String)>,
+    },
     /// 422: the object fails validation.
     #[error("{kind} \"{name}\" is invalid: {}", render_causes(.causes))]
     Invalid {
@@ -135,7 +147,9 @@ impl ApiError {
     pub fn code(&self) -> u16 {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => 404,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict { .. } => 409,
             ApiError::Invalid { .. } => 422,
             ApiError::BadRequest(_) => 400,
             ApiError::Forbidden(_) => 403,
@@ -156,7 +170,7 @@ impl ApiError {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::BadRequest(_) => "BadRequest",
             ApiError::Forbidden(_) => "Forbidden",
@@ -204,6 +218,21 @@ impl ApiError {
                     "reason": c.kind.cause_type(),
                     "message": c.body(),
                     "field": c.field,
+                })).collect::<Vec<_>>(),
+            })),
+            ApiError::ApplyConflict {
+                resource,
+                name,
+                causes,
+                ..
+            } => Some(json!({
+                "name": name,
+                "group": resource.group,
+                "kind": resource.resource,
+                "causes": causes.iter().map(|(field, message)| json!({
+                    "reason": "FieldManagerConflict",
+                    "message": message,
+                    "field": field,
                 })).collect::<Vec<_>>(),
             })),
             ApiError::TooManyRequests(_) => Some(json!({"retryAfterSeconds": 1})),

@@ -23,7 +23,8 @@ use crate::discovery;
 use crate::error::{ApiError, Result};
 use crate::negotiation::{self, BodyType, Output};
 use crate::registry::{
-    self, DeleteOptions, FieldValidation, ListParams, Part, Registry, WatchParams, WriteOptions,
+    self, DeleteOptions, FieldValidation, ListParams, Part, Propagation, Registry, WatchParams,
+    WriteOptions,
 };
 use crate::request_info::{self, ResourceRequest, Route, Verb};
 use crate::resources::{ResourceDef, Subresource};
@@ -144,10 +145,31 @@ impl Query {
         }
     }
 
-    fn write_options(&self) -> Result<WriteOptions> {
+    /// Options of a write; the field manager is `fieldManager`, else (as upstream) the
+    /// client's User-Agent up to its first `/`.
+    fn write_options(&self, user_agent: Option<&str>) -> Result<WriteOptions> {
+        let manager = match self.get("fieldManager") {
+            Some(m) if !m.is_empty() => {
+                if m.len() > 128 || m.chars().any(|c| c.is_control()) {
+                    return Err(ApiError::BadRequest(
+                        "fieldManager must be at most 128 printable characters".into(),
+                    ));
+                }
+                m.to_string()
+            }
+            _ => user_agent
+                .and_then(|ua| ua.split('/').next())
+                .filter(|m| !m.is_empty())
+                .unwrap_or("unknown")
+                .chars()
+                .filter(|c| !c.is_control())
+                .take(128)
+                .collect(),
+        };
         Ok(WriteOptions {
             dry_run: self.dry_run()?,
             field_validation: FieldValidation::parse(self.get("fieldValidation").unwrap_or(""))?,
+            field_manager: Some(manager),
         })
     }
 
@@ -400,6 +422,7 @@ impl ApiServer {
         let ns = r.namespace.as_deref();
         let output = negotiation::output(header_str(&req, header::ACCEPT))?;
         let content_type = header_str(&req, header::CONTENT_TYPE).map(str::to_string);
+        let user_agent = header_str(&req, header::USER_AGENT).map(str::to_string);
         let reg: &Registry = &self.registry;
         let name = r.name.clone().unwrap_or_default();
         match (r.verb, sub) {
@@ -411,18 +434,20 @@ impl ApiServer {
                 let obj = reg.get(&def, ns, &name).await?;
                 Ok(Reply::encoded(
                     StatusCode::OK,
-                    &registry::scale_of(&obj),
+                    &registry::scale_of(&def, &obj),
                     output,
                 ))
             }
             (Verb::List, None) => {
-                let page = reg.list(&def, ns, &query.list_params()?).await?;
-                Ok(self.render_list(&def, page, output, query))
+                self.list(&def, ns, &query.list_params()?, output, query)
+                    .await
             }
             (Verb::Watch, None) => self.watch(&def, ns, query, output).await,
             (Verb::Create, None) if r.name.is_none() => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
-                let w = reg.create(&def, ns, body, &query.write_options()?).await?;
+                let w = reg
+                    .create(&def, ns, body, &query.write_options(user_agent.as_deref())?)
+                    .await?;
                 Ok(self
                     .render_object(&def, StatusCode::CREATED, w.object, output, query)
                     .with_warnings(w.warnings))
@@ -446,7 +471,7 @@ impl ApiServer {
                         &name,
                         body,
                         Part::of(sub),
-                        &query.write_options()?,
+                        &query.write_options(user_agent.as_deref())?,
                     )
                     .await?;
                 Ok(self
@@ -456,13 +481,36 @@ impl ApiServer {
             (Verb::Update, Some(Subresource::Scale)) => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
                 let scale = reg
-                    .update_scale(&def, ns, &name, &body, &query.write_options()?)
+                    .update_scale(
+                        &def,
+                        ns,
+                        &name,
+                        &body,
+                        &query.write_options(user_agent.as_deref())?,
+                    )
                     .await?;
                 Ok(Reply::encoded(StatusCode::OK, &scale, output))
             }
             (Verb::Patch, None | Some(Subresource::Status)) => {
                 let ty = negotiation::body_type(content_type.as_deref())?;
                 let body = self.decode(req, content_type.as_deref(), true).await?;
+                if ty == BodyType::ApplyPatch {
+                    let force = query.flag("force")?;
+                    let manager = query.get("fieldManager").unwrap_or("").to_string();
+                    let mut opts = query.write_options(user_agent.as_deref())?;
+                    opts.field_manager = None;
+                    let w = reg
+                        .apply(&def, ns, &name, body, Part::of(sub), &manager, force, &opts)
+                        .await?;
+                    let status = if w.created {
+                        StatusCode::CREATED
+                    } else {
+                        StatusCode::OK
+                    };
+                    return Ok(self
+                        .render_object(&def, status, w.object, output, query)
+                        .with_warnings(w.warnings));
+                }
                 let w = reg
                     .patch(
                         &def,
@@ -471,7 +519,7 @@ impl ApiServer {
                         ty,
                         &body,
                         Part::of(sub),
-                        &query.write_options()?,
+                        &query.write_options(user_agent.as_deref())?,
                     )
                     .await?;
                 Ok(self
@@ -481,7 +529,7 @@ impl ApiServer {
             (Verb::Patch, Some(Subresource::Scale)) => {
                 let ty = negotiation::body_type(content_type.as_deref())?;
                 let body = self.decode(req, content_type.as_deref(), true).await?;
-                let current = registry::scale_of(&reg.get(&def, ns, &name).await?);
+                let current = registry::scale_of(&def, &reg.get(&def, ns, &name).await?);
                 let patched = registry::apply_patch(
                     &current,
                     &body,
@@ -489,7 +537,13 @@ impl ApiServer {
                     Some("io.k8s.api.autoscaling.v1.Scale"),
                 )?;
                 let scale = reg
-                    .update_scale(&def, ns, &name, &patched, &query.write_options()?)
+                    .update_scale(
+                        &def,
+                        ns,
+                        &name,
+                        &patched,
+                        &query.write_options(user_agent.as_deref())?,
+                    )
                     .await?;
                 Ok(Reply::encoded(StatusCode::OK, &scale, output))
             }
@@ -569,16 +623,20 @@ impl ApiServer {
                 }
             }
         };
-        if let Some(p) = body["propagationPolicy"]
-            .as_str()
-            .or(query.get("propagationPolicy"))
-        {
-            if !matches!(p, "Orphan" | "Background" | "Foreground") {
+        let propagation = match body["propagationPolicy"].as_str().or(query.get("propagationPolicy")) {
+            None | Some("") if body["orphanDependents"].as_bool() == Some(true) || query.get("orphanDependents") == Some("true") => {
+                Some(Propagation::Orphan)
+            }
+            None | Some("") => None,
+            Some("Background") => Some(Propagation::Background),
+            Some("Foreground") => Some(Propagation::Foreground),
+            Some("Orphan") => Some(Propagation::Orphan),
+            Some(p) => {
                 return Err(ApiError::BadRequest(format!(
                     "propagationPolicy: Unsupported value: {p:?}: supported values: \"Foreground\", \"Background\", \"Orphan\""
-                )));
+                )))
             }
-        }
+        };
         let body_dry = body["dryRun"]
             .as_array()
             .is_some_and(|d| d.iter().any(|v| v == "All"));
@@ -587,6 +645,7 @@ impl ApiServer {
             grace_period: body["gracePeriodSeconds"]
                 .as_i64()
                 .or(query.int("gracePeriodSeconds")?),
+            propagation,
             uid: body["preconditions"]["uid"].as_str().map(str::to_string),
             resource_version: body["preconditions"]["resourceVersion"]
                 .as_str()
@@ -611,6 +670,81 @@ impl ApiServer {
             }
             Output::Metadata => Reply::json(status, &table::partial_metadata(&obj)),
             other => Reply::encoded(status, &obj, other),
+        }
+    }
+
+    /// Lists, encoding each object as it is read: a large list is never held in memory as
+    /// objects, only as its encoded bytes (JSON) or rows (Table).
+    async fn list(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        params: &ListParams,
+        output: Output,
+        query: &Query,
+    ) -> Result<Reply> {
+        let list_meta = |m: &registry::ListMeta| {
+            let mut meta = json!({"resourceVersion": m.resource_version.to_string()});
+            if let Some(c) = &m.continue_token {
+                meta["continue"] = json!(c);
+            }
+            if let Some(r) = m.remaining {
+                meta["remainingItemCount"] = json!(r);
+            }
+            meta
+        };
+        match output {
+            Output::Json => {
+                let mut items: Vec<u8> = Vec::new();
+                let meta = self
+                    .registry
+                    .list_each(def, ns, params, &mut |obj| {
+                        if !items.is_empty() {
+                            items.push(b',');
+                        }
+                        serde_json::to_writer(&mut items, &obj).map_err(|e| {
+                            ApiError::Internal(format!("failed to encode an object: {e}"))
+                        })
+                    })
+                    .await?;
+                let head = json!({
+                    "kind": format!("{}List", def.kind),
+                    "apiVersion": def.api_version(),
+                    "metadata": list_meta(&meta),
+                });
+                let mut body = serde_json::to_vec(&head).unwrap_or_default();
+                // Replace the closing brace with the items array.
+                body.pop();
+                body.extend_from_slice(b",\"items\":[");
+                body.extend_from_slice(&items);
+                body.extend_from_slice(b"]}");
+                Ok(Reply {
+                    status: StatusCode::OK,
+                    body: full(body),
+                    content_type: "application/json",
+                    warnings: Vec::new(),
+                })
+            }
+            Output::Table => {
+                let include = IncludeObject::parse(query.get("includeObject").unwrap_or(""))
+                    .unwrap_or_default();
+                let mut rows = Vec::new();
+                let meta = self
+                    .registry
+                    .list_each(def, ns, params, &mut |obj| {
+                        rows.push(table::row(def, &obj, include));
+                        Ok(())
+                    })
+                    .await?;
+                Ok(Reply::json(
+                    StatusCode::OK,
+                    &table::from_rows(def, rows, list_meta(&meta)),
+                ))
+            }
+            _ => {
+                let page = self.registry.list(def, ns, params).await?;
+                Ok(self.render_list(def, page, output, query))
+            }
         }
     }
 
@@ -642,12 +776,12 @@ impl ApiServer {
                 &table::partial_metadata_list(&page.items, meta),
             ),
             other => {
-                let list = json!({
+                let mut list = json!({
                     "kind": format!("{}List", def.kind),
                     "apiVersion": def.api_version(),
                     "metadata": meta,
-                    "items": page.items,
                 });
+                list["items"] = Value::Array(page.items);
                 Reply::encoded(StatusCode::OK, &list, other)
             }
         }

@@ -14,9 +14,11 @@
 pub mod client;
 pub mod cluster;
 pub mod controllers;
+pub mod crd;
 pub mod discovery;
 pub mod error;
 pub mod handler;
+pub mod jsonpath;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod negotiation;

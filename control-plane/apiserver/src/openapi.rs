@@ -2,7 +2,7 @@
 //! catalog changes.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use fabrik_openapi::{Definitions, ResourceDoc, SubresourceDoc};
 use serde_json::Value;
@@ -10,11 +10,24 @@ use serde_json::Value;
 use crate::error::{ApiError, Result};
 use crate::resources::{Catalog, ResourceDef, Subresource};
 
-/// Cached documents, keyed by group-version path (`api/v1`, `apis/apps/v1`) and `v2`.
+/// Cached documents, keyed by group-version path (`api/v1`, `apis/apps/v1`) and `v2`, valid for
+/// one catalog generation (a CRD change rebuilds them).
 #[derive(Default)]
 pub struct OpenApi {
-    cache: Mutex<BTreeMap<String, Value>>,
-    proto: Mutex<Option<Vec<u8>>>,
+    cache: Mutex<(u64, BTreeMap<String, Value>)>,
+    proto: Mutex<Option<(u64, Vec<u8>)>>,
+}
+
+/// The schemas of custom resources, by definition name, for the documents' `extra`.
+fn custom_schemas<'a>(defs: impl Iterator<Item = &'a Arc<ResourceDef>>) -> BTreeMap<String, Value> {
+    defs.filter(|d| d.custom)
+        .filter_map(|d| {
+            d.schemas
+                .get()
+                .get(&d.definition)
+                .map(|s| (d.definition.clone(), s.clone()))
+        })
+        .collect()
 }
 
 fn sub_doc(def: &ResourceDef, sub: Subresource) -> SubresourceDoc {
@@ -71,34 +84,40 @@ fn hash(v: &Value) -> String {
 }
 
 impl OpenApi {
-    fn cached(&self, key: &str, build: impl FnOnce() -> Value) -> Value {
+    fn cached(&self, generation: u64, key: &str, build: impl FnOnce() -> Value) -> Value {
         if let Ok(c) = self.cache.lock() {
-            if let Some(v) = c.get(key) {
-                return v.clone();
+            if c.0 == generation {
+                if let Some(v) = c.1.get(key) {
+                    return v.clone();
+                }
             }
         }
         let v = build();
         if let Ok(mut c) = self.cache.lock() {
-            c.insert(key.to_string(), v.clone());
+            if c.0 != generation {
+                *c = (generation, BTreeMap::new());
+            }
+            c.1.insert(key.to_string(), v.clone());
         }
         v
     }
 
     /// The v3 document of one group-version.
     pub fn v3(&self, catalog: &Catalog, group: &str, version: &str) -> Result<Value> {
-        let docs: Vec<ResourceDoc> = catalog
+        let generation = catalog.generation();
+        let defs: Vec<Arc<ResourceDef>> = catalog
             .all()
-            .iter()
+            .into_iter()
             .filter(|d| d.group == group && d.version == version)
-            .map(|d| doc(d))
             .collect();
-        if docs.is_empty() {
+        if defs.is_empty() {
             return Err(ApiError::NoRoute);
         }
-        Ok(self.cached(&gv_path(group, version), || {
+        let docs: Vec<ResourceDoc> = defs.iter().map(|d| doc(d)).collect();
+        Ok(self.cached(generation, &gv_path(group, version), || {
             fabrik_openapi::v3_document(
                 Definitions::builtin(),
-                &BTreeMap::new(),
+                &custom_schemas(defs.iter()),
                 group,
                 version,
                 &docs,
@@ -118,24 +137,29 @@ impl OpenApi {
 
     /// The v2 document.
     pub fn v2(&self, catalog: &Catalog) -> Result<Value> {
-        let docs: Vec<ResourceDoc> = catalog.all().iter().map(|d| doc(d)).collect();
-        Ok(self.cached("v2", || {
-            fabrik_openapi::v2_document(Definitions::builtin(), &BTreeMap::new(), &docs)
+        let generation = catalog.generation();
+        let defs = catalog.all();
+        let docs: Vec<ResourceDoc> = defs.iter().map(|d| doc(d)).collect();
+        Ok(self.cached(generation, "v2", || {
+            fabrik_openapi::v2_document(Definitions::builtin(), &custom_schemas(defs.iter()), &docs)
         }))
     }
 
     /// The v2 document as protobuf.
     pub fn v2_protobuf(&self, catalog: &Catalog) -> Result<Vec<u8>> {
+        let generation = catalog.generation();
         if let Ok(p) = self.proto.lock() {
-            if let Some(bytes) = p.as_ref() {
-                return Ok(bytes.clone());
+            if let Some((g, bytes)) = p.as_ref() {
+                if *g == generation {
+                    return Ok(bytes.clone());
+                }
             }
         }
         let v2 = self.v2(catalog)?;
         let bytes =
             fabrik_openapi::v2_protobuf(&v2).map_err(|e| ApiError::Internal(e.to_string()))?;
         if let Ok(mut p) = self.proto.lock() {
-            *p = Some(bytes.clone());
+            *p = Some((generation, bytes.clone()));
         }
         Ok(bytes)
     }

@@ -47,26 +47,20 @@ pub fn partial_metadata_list(items: &[Value], list_meta: Value) -> Value {
     })
 }
 
-/// A Table of `items` with the kind's columns.
-pub fn table(
-    def: &ResourceDef,
-    items: &[Value],
-    include: IncludeObject,
-    list_meta: Value,
-) -> Value {
+/// One Table row for `obj`.
+pub fn row(def: &ResourceDef, obj: &Value, include: IncludeObject) -> Value {
+    let mut row = json!({"cells": def.strategy.cells(obj)});
+    match include {
+        IncludeObject::None => {}
+        IncludeObject::Metadata => row["object"] = partial_metadata(obj),
+        IncludeObject::Object => row["object"] = obj.clone(),
+    }
+    row
+}
+
+/// A Table from rows made by [`row`].
+pub fn from_rows(def: &ResourceDef, rows: Vec<Value>, list_meta: Value) -> Value {
     let columns: Vec<Value> = def.strategy.columns().iter().map(|c| c.to_json()).collect();
-    let rows: Vec<Value> = items
-        .iter()
-        .map(|obj| {
-            let mut row = json!({"cells": def.strategy.cells(obj)});
-            match include {
-                IncludeObject::None => {}
-                IncludeObject::Metadata => row["object"] = partial_metadata(obj),
-                IncludeObject::Object => row["object"] = obj.clone(),
-            }
-            row
-        })
-        .collect();
     json!({
         "kind": "Table",
         "apiVersion": "meta.k8s.io/v1",
@@ -74,6 +68,20 @@ pub fn table(
         "columnDefinitions": columns,
         "rows": rows,
     })
+}
+
+/// A Table of `items` with the kind's columns.
+pub fn table(
+    def: &ResourceDef,
+    items: &[Value],
+    include: IncludeObject,
+    list_meta: Value,
+) -> Value {
+    from_rows(
+        def,
+        items.iter().map(|o| row(def, o, include)).collect(),
+        list_meta,
+    )
 }
 
 #[cfg(test)]

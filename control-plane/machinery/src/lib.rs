@@ -8,6 +8,8 @@
 //! - [`validation`]: name, label and annotation rules with upstream error messages, and the
 //!   [`validation::FieldError`] type the API server turns into `Status.details.causes`;
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch;
+//! - [`apply`]: server-side apply and `metadata.managedFields` bookkeeping (field sets in the
+//!   `fieldsV1` format, ownership, conflicts);
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`, `1e3`) with exact arithmetic.
 //!
 //! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds (the
@@ -15,6 +17,7 @@
 //! input: every malformed selector, patch or quantity is reported as a typed error.
 #![forbid(unsafe_code)]
 
+pub mod apply;
 pub mod fields;
 pub mod labels;
 pub mod patch;

@@ -4,6 +4,7 @@
 //!   carrying upstream's `x-kubernetes-*` extensions; patch metadata for strategic merge patch
 //!   ([`Definitions::patch_field`]) and unknown-field pruning for `fieldValidation`
 //!   ([`Definitions::prune_unknown`]).
+//! - [`InlineSchema`]: the same patch metadata for a CRD's inline `openAPIV3Schema`.
 //! - [`v3_index`] and [`v3_document`]: `/openapi/v3` and `/openapi/v3/<path>`.
 //! - [`v2_document`] and [`v2_protobuf`]: `/openapi/v2` as JSON and as gnostic protobuf.
 //! - [`decode_k8s_protobuf`]: a `application/vnd.kubernetes.protobuf` request body as the JSON
@@ -12,6 +13,8 @@
 //! This crate does no I/O and knows nothing about storage: callers describe what they serve
 //! with [`ResourceDoc`]s.
 
+#[cfg(test)]
+mod apply_tests;
 mod builtin;
 mod definitions;
 #[cfg(test)]
@@ -20,6 +23,7 @@ mod docs;
 mod error;
 mod extensions;
 mod gvk;
+mod inline;
 mod operations;
 mod params;
 mod patch_info;
@@ -35,6 +39,7 @@ pub use definitions::Definitions;
 pub use docs::content_hash;
 pub use error::OpenApiError;
 pub use fabrik_machinery::patch::{FieldPatchInfo, PatchSchema};
+pub use inline::InlineSchema;
 pub use protobuf::{decode_k8s_protobuf, v2_protobuf, ProtobufDecodeError, K8S_PROTOBUF_MAGIC};
 pub use resource::{ResourceDoc, SubresourceDoc};
 pub use served::builtin_resources;

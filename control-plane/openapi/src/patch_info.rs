@@ -1,5 +1,7 @@
 //! Strategic-merge-patch metadata of a field, read from the definitions' extensions.
 
+use std::collections::BTreeMap;
+
 use fabrik_machinery::patch::{FieldPatchInfo, PatchSchema};
 use serde_json::Value;
 
@@ -16,10 +18,22 @@ impl Definitions {
     /// Builds the patch metadata from a property schema.
     fn field_info(&self, prop: &Value) -> FieldPatchInfo {
         let mut info = field_info(prop);
-        // Free-form and primitive definitions (Quantity, RawExtension, Time) have no fields
-        // to merge into.
         if let Some(def) = &info.definition {
-            let structured = self.get(def).is_some_and(|s| s.get("properties").is_some());
+            let target = self.get(def);
+            // The definition-level map type (e.g. LabelSelector is atomic) applies to the
+            // field's value, or for lists and maps to each element.
+            let def_map_type = target.and_then(map_type);
+            if info.is_list || info.is_map {
+                info.struct_type = def_map_type;
+            } else if info.map_type.is_none() {
+                info.map_type = def_map_type;
+            }
+            if let Some(target) = target {
+                info.list_map_key_defaults = key_defaults(&info.list_map_keys, target, true);
+            }
+            // Free-form and primitive definitions (Quantity, RawExtension, Time) have no
+            // fields to merge into.
+            let structured = target.is_some_and(|s| s.get("properties").is_some());
             if !structured {
                 info.definition = None;
             }
@@ -55,13 +69,76 @@ fn field_info(prop: &Value) -> FieldPatchInfo {
     let additional = prop.get("additionalProperties").filter(|a| a.is_object());
     let (is_list, is_map) = (items.is_some(), items.is_none() && additional.is_some());
     let element = items.or(additional).unwrap_or(prop);
-    FieldPatchInfo {
+    let mut info = FieldPatchInfo {
         strategies,
         merge_key,
         definition: schema_target(element).map(str::to_owned),
         is_list,
         is_map,
+        map_type: map_type(prop),
+        ..FieldPatchInfo::default()
+    };
+    if is_list {
+        info.list_type = prop
+            .get("x-kubernetes-list-type")
+            .and_then(Value::as_str)
+            .or(info.list_kind())
+            .map(str::to_owned);
+        if info.list_type.as_deref() == Some("map") {
+            info.list_map_keys = string_list(prop.get("x-kubernetes-list-map-keys"));
+            if info.list_map_keys.is_empty() {
+                info.list_map_keys = info.merge_key.iter().cloned().collect();
+            }
+        }
     }
+    info
+}
+
+/// `x-kubernetes-map-type` of a schema.
+pub(crate) fn map_type(schema: &Value) -> Option<String> {
+    schema
+        .get("x-kubernetes-map-type")
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+}
+
+/// A list of strings (non-strings skipped).
+pub(crate) fn string_list(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|l| {
+            l.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Defaults of the list map `keys` in the element schema `element`. Upstream's built-in
+/// schemas declare `default: TCP` on every `protocol` key; k8s-openapi's carry no defaults,
+/// so with `builtin` that one is supplied when the schema has none.
+pub(crate) fn key_defaults(
+    keys: &[String],
+    element: &Value,
+    builtin: bool,
+) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    for key in keys {
+        let declared = element
+            .get("properties")
+            .and_then(|p| p.get(key))
+            .and_then(|p| p.get("default"));
+        match declared {
+            Some(d) => {
+                out.insert(key.clone(), d.clone());
+            }
+            None if builtin && key == "protocol" => {
+                out.insert(key.clone(), Value::String("TCP".into()));
+            }
+            None => {}
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -142,5 +219,67 @@ mod tests {
         assert!(defs
             .patch_field("io.k8s.api.core.v1.PodSpec", "nope")
             .is_none());
+    }
+}
+
+#[cfg(test)]
+mod apply_info_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn field(def: &str, field: &str) -> FieldPatchInfo {
+        Definitions::builtin()
+            .patch_field(def, field)
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn list_and_map_types_for_server_side_apply() {
+        let containers = field("io.k8s.api.core.v1.PodSpec", "containers");
+        assert_eq!(containers.list_type.as_deref(), Some("map"));
+        assert_eq!(containers.list_map_keys, ["name"]);
+        let ports = field("io.k8s.api.core.v1.Container", "ports");
+        assert_eq!(ports.list_map_keys, ["containerPort", "protocol"]);
+        assert_eq!(
+            ports.list_map_key_defaults.get("protocol"),
+            Some(&json!("TCP"))
+        );
+        let finalizers = field(
+            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+            "finalizers",
+        );
+        assert_eq!(finalizers.list_type.as_deref(), Some("set"));
+        let args = field("io.k8s.api.core.v1.Container", "args");
+        assert_eq!(args.list_type.as_deref(), Some("atomic"));
+        let node_selector = field("io.k8s.api.core.v1.PodSpec", "nodeSelector");
+        assert_eq!(node_selector.map_type.as_deref(), Some("atomic"));
+        let selector = field("io.k8s.api.apps.v1.DeploymentSpec", "selector");
+        assert_eq!(selector.map_type.as_deref(), Some("atomic"));
+        let replicas = field("io.k8s.api.apps.v1.DeploymentSpec", "replicas");
+        assert_eq!(replicas.list_type, None);
+    }
+
+    #[test]
+    fn list_types_derive_from_patch_strategy_when_undeclared() {
+        let mut defs = std::collections::BTreeMap::new();
+        defs.insert(
+            "T".to_owned(),
+            json!({"type": "object", "properties": {
+                "keyed": {"type": "array", "items": {"type": "object"},
+                          "x-kubernetes-patch-strategy": "merge",
+                          "x-kubernetes-patch-merge-key": "id"},
+                "set": {"type": "array", "items": {"type": "string"},
+                        "x-kubernetes-patch-strategy": "merge"},
+                "plain": {"type": "array", "items": {"type": "string"}}
+            }}),
+        );
+        let defs = Definitions::from_map(defs);
+        let keyed = defs.patch_field("T", "keyed").unwrap_or_default();
+        assert_eq!(keyed.list_type.as_deref(), Some("map"));
+        assert_eq!(keyed.list_map_keys, ["id"]);
+        let set = defs.patch_field("T", "set").unwrap_or_default();
+        assert_eq!(set.list_type.as_deref(), Some("set"));
+        let plain = defs.patch_field("T", "plain").unwrap_or_default();
+        assert_eq!(plain.list_type.as_deref(), Some("atomic"));
     }
 }

@@ -409,9 +409,21 @@ struct Row {
 #[derive(Default)]
 struct Report {
     rows: Vec<Row>,
+    /// Server RSS at phase boundaries, for the row "server RSS through the run".
+    timeline: Vec<String>,
 }
 
 impl Report {
+    /// Notes the server's RSS now, labelled.
+    fn mark(&mut self, pid: u32, label: &str) {
+        let entry = match rss_kib(pid) {
+            Ok((rss, _)) => format!("{label} {:.0}", mib(rss * 1024)),
+            Err(e) => format!("{label} ? ({e})"),
+        };
+        eprintln!("  RSS: {entry} MiB");
+        self.timeline.push(entry);
+    }
+
     fn add(&mut self, what: impl Into<String>, result: impl Into<String>) {
         self.push(what, result, "", "");
     }
@@ -453,6 +465,12 @@ impl Report {
             out.push_str(&format!(
                 "| {} | {} | {} | {} |\n",
                 r.what, r.result, r.target, r.verdict
+            ));
+        }
+        if !self.timeline.is_empty() {
+            out.push_str(&format!(
+                "| server RSS through the run, MiB | {} | | |\n",
+                self.timeline.join(" → ")
             ));
         }
         out
@@ -888,6 +906,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
     let workers = clients(&server, plan.concurrency).await?;
     let (rss, _) = rss_kib(pid)?;
     report.add("server RSS, empty", format!("{:.1} MiB", mib(rss * 1024)));
+    report.mark(pid, "empty");
 
     eprintln!("throughput + lists (load {})", loadavg());
     let ns = "bench-list";
@@ -900,6 +919,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
         ),
         b.describe(),
     );
+    report.mark(pid, &format!("{} created", plan.list_small));
     list_bench(
         &client,
         ns,
@@ -909,6 +929,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
         report,
     )
     .await?;
+    report.mark(pid, &format!("listed {}", plan.list_small));
     let rest = plan.list_large - plan.list_small;
     let mut b = create_many(&workers, pid, ns, "p", plan.list_small, rest, &stored).await?;
     let rate = b.rate();
@@ -918,6 +939,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
         "≥ 2,000 creates/s",
         rate >= 2_000.0,
     );
+    report.mark(pid, &format!("{} created", plan.list_large));
     list_bench(
         &client,
         ns,
@@ -927,13 +949,16 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
         report,
     )
     .await?;
+    report.mark(pid, &format!("listed {}", plan.list_large));
     rss_row(pid, &stored, report)?;
 
     eprintln!("sequential latency (load {})", loadavg());
     sequential(&client, plan, &stored, report).await?;
+    report.mark(pid, "sequential done");
 
     eprintln!("watch fan-out (load {})", loadavg());
     watch_fanout(&server, &client, plan, &stored, report).await?;
+    report.mark(pid, "watch done");
 
     if args.skip_large {
         return Ok(());
@@ -953,6 +978,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
             b.describe(),
         );
     }
+    report.mark(pid, &format!("{} stored", plan.large_total));
     rss_row(pid, &stored, report)?;
     drop(workers);
     drop(client);
@@ -978,7 +1004,9 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
         "≤ 2 s",
         worst <= Duration::from_secs(2),
     );
-    let (rss, _) = rss_kib(server.pid()?)?;
+    let restarted = server.pid()?;
+    report.mark(restarted, "restarted");
+    let (rss, _) = rss_kib(restarted)?;
     report.add(
         format!("server RSS after restart with {pods} pods stored"),
         format!("{:.1} MiB", mib(rss * 1024)),

@@ -4,4 +4,5 @@
 //! the workload controllers (Deployments, Jobs, garbage collection) come as kube-runtime
 //! controllers over an in-process client.
 
+pub mod crd;
 pub mod namespace;

@@ -9,6 +9,7 @@
 //! - every key is built from the resource's prefix and validated names, so a request can only
 //!   touch objects of the resource and namespace it addressed.
 
+mod apply;
 mod continue_token;
 pub mod object;
 mod patch;
@@ -20,7 +21,6 @@ use std::sync::Arc;
 use fabrik_machinery::fields::FieldSelector;
 use fabrik_machinery::labels::Selector;
 use fabrik_machinery::validation;
-use fabrik_openapi::Definitions;
 use fabrik_store::{ListOptions, Store, StoreError};
 use rand::Rng;
 use serde_json::{json, Value};
@@ -69,6 +69,9 @@ pub struct WriteOptions {
     pub dry_run: bool,
     /// Unknown-field handling.
     pub field_validation: FieldValidation,
+    /// The field manager whose changes `metadata.managedFields` records (None: not tracked,
+    /// e.g. internal writes and server-side apply, which keeps its own bookkeeping).
+    pub field_manager: Option<String>,
 }
 
 /// Options of a delete.
@@ -76,12 +79,36 @@ pub struct WriteOptions {
 pub struct DeleteOptions {
     /// `dryRun=All`.
     pub dry_run: bool,
+    /// `propagationPolicy` (or `orphanDependents`): how the garbage collector treats dependents.
+    pub propagation: Option<Propagation>,
     /// `gracePeriodSeconds`.
     pub grace_period: Option<i64>,
     /// `preconditions.uid`.
     pub uid: Option<String>,
     /// `preconditions.resourceVersion`.
     pub resource_version: Option<String>,
+}
+
+/// `propagationPolicy` of a delete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Propagation {
+    /// Delete the object now; the garbage collector deletes dependents afterwards.
+    Background,
+    /// Keep the object (finalizer `foregroundDeletion`) until dependents that block it are gone.
+    Foreground,
+    /// Keep the object (finalizer `orphan`) until dependents no longer reference it.
+    Orphan,
+}
+
+impl Propagation {
+    /// The finalizer the garbage collector acts on for this policy, if any.
+    pub fn finalizer(self) -> Option<&'static str> {
+        match self {
+            Propagation::Background => None,
+            Propagation::Foreground => Some("foregroundDeletion"),
+            Propagation::Orphan => Some("orphan"),
+        }
+    }
 }
 
 /// Options of a list.
@@ -99,6 +126,17 @@ pub struct ListParams {
     pub resource_version: Option<String>,
     /// `resourceVersionMatch`.
     pub resource_version_match: Option<String>,
+}
+
+/// What a list answers besides its items.
+#[derive(Clone, Debug)]
+pub struct ListMeta {
+    /// The revision the list is consistent at.
+    pub resource_version: u64,
+    /// Token for the next page.
+    pub continue_token: Option<String>,
+    /// Items after this page (only without selectors).
+    pub remaining: Option<u64>,
 }
 
 /// A page of a list.
@@ -129,7 +167,6 @@ pub struct Written {
 pub struct Registry {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
-    schemas: &'static Definitions,
 }
 
 /// Which part of an object a write addresses.
@@ -216,11 +253,7 @@ fn validate_list_options(params: &ListParams) -> Result<()> {
 impl Registry {
     /// A registry over `store` serving `catalog`.
     pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Registry {
-        Registry {
-            store,
-            catalog,
-            schemas: Definitions::builtin(),
-        }
+        Registry { store, catalog }
     }
 
     /// The served resources.
@@ -246,7 +279,7 @@ impl Registry {
                 "the body of the request was in an unknown format: expected a JSON object".into(),
             ));
         }
-        let unknown = self.schemas.prune_unknown(&def.definition, obj);
+        let unknown = def.schemas.get().prune_unknown(&def.definition, obj);
         let mut warnings = Vec::new();
         if !unknown.is_empty() {
             let msgs: Vec<String> = unknown
@@ -412,6 +445,9 @@ impl Registry {
                 )
                 .await?;
             self.validate_meta(def, &candidate)?;
+            if let Some(manager) = opts.field_manager.as_deref() {
+                candidate = apply::track(def, None, &candidate, manager, None);
+            }
             let name = candidate["metadata"]["name"]
                 .as_str()
                 .unwrap_or("")
@@ -483,7 +519,7 @@ impl Registry {
                 resource: def.group_resource(),
                 name: name.to_string(),
             })?;
-        object::decode(&kv)
+        object::decode_as(&kv, &def.api_version())
     }
 
     /// Checks that a field selector uses only fields the kind supports.
@@ -492,7 +528,7 @@ impl Registry {
             let f = req.field.as_str();
             let ok = f == "metadata.name"
                 || (f == "metadata.namespace" && def.namespaced)
-                || def.strategy.selectable_fields().contains(&f);
+                || def.strategy.allows_field(f);
             if !ok {
                 return Err(ApiError::BadRequest(format!(
                     "field label not supported: {f}"
@@ -516,6 +552,31 @@ impl Registry {
         ns: Option<&str>,
         params: &ListParams,
     ) -> Result<ListPage> {
+        let mut items = Vec::new();
+        let meta = self
+            .list_each(def, ns, params, &mut |obj| {
+                items.push(obj);
+                Ok(())
+            })
+            .await?;
+        Ok(ListPage {
+            items,
+            resource_version: meta.resource_version,
+            continue_token: meta.continue_token,
+            remaining: meta.remaining,
+        })
+    }
+
+    /// Lists objects, handing each selected one to `visit` as soon as it is decoded, so a large
+    /// list never holds every object in memory at once. Returns the list's metadata.
+    pub async fn list_each(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        params: &ListParams,
+        visit: &mut (dyn FnMut(Value) -> Result<()> + Send),
+    ) -> Result<ListMeta> {
+        let api_version = def.api_version();
         self.check_field_selector(def, &params.fields)?;
         validate_list_options(params)?;
         let prefix = def.key_prefix(ns);
@@ -554,7 +615,7 @@ impl Registry {
         }
         let filtered = !params.labels.is_empty() || !params.fields.requirements().is_empty();
         let limit = params.limit.filter(|l| *l > 0);
-        let mut items = Vec::new();
+        let mut count = 0usize;
         let chunk = limit.map(|l| l.max(if filtered { 500 } else { l }) + 1);
         loop {
             let page = self
@@ -574,19 +635,20 @@ impl Registry {
                 })?;
             revision = Some(page.revision);
             let n = page.items.len();
-            for (i, kv) in page.items.iter().enumerate() {
-                let obj = object::decode(kv)?;
+            let last_key = page.items.last().map(|kv| kv.key.clone());
+            for (i, kv) in page.items.into_iter().enumerate() {
+                let obj = object::decode_as(&kv, &api_version)?;
                 if !Self::matches(&params.labels, &params.fields, &obj) {
                     continue;
                 }
-                items.push(obj);
+                visit(obj)?;
+                count += 1;
                 if let Some(l) = limit {
-                    if items.len() == l {
+                    if count == l {
                         let more_here = i + 1 < n;
                         let remaining_after = (n - i - 1) as u64 + page.remaining;
                         if more_here || page.remaining > 0 {
-                            return Ok(ListPage {
-                                items,
+                            return Ok(ListMeta {
                                 resource_version: page.revision,
                                 continue_token: Some(continue_token::encode(
                                     page.revision,
@@ -596,8 +658,7 @@ impl Registry {
                                 remaining: (!filtered).then_some(remaining_after),
                             });
                         }
-                        return Ok(ListPage {
-                            items,
+                        return Ok(ListMeta {
                             resource_version: page.revision,
                             continue_token: None,
                             remaining: None,
@@ -606,14 +667,13 @@ impl Registry {
                 }
             }
             if page.remaining == 0 || n == 0 {
-                return Ok(ListPage {
-                    items,
+                return Ok(ListMeta {
                     resource_version: page.revision,
                     continue_token: None,
                     remaining: None,
                 });
             }
-            start_after = page.items.last().map(|kv| kv.key.clone());
+            start_after = last_key;
         }
     }
 
@@ -685,14 +745,18 @@ impl Registry {
                     resource: def.group_resource(),
                     name: name.to_string(),
                 })?;
-            let old = object::decode(&kv)?;
+            let old = object::decode_as(&kv, &def.api_version())?;
             if let Some(rv) = expected {
                 if rv != kv.mod_revision {
                     return Err(ApiError::conflict(&def.group_resource(), name));
                 }
             }
             let incoming = transform(&old)?;
-            let new = self.prepare_update(def, &old, incoming, part).await?;
+            let mut new = self.prepare_update(def, &old, incoming, part).await?;
+            if let Some(manager) = opts.field_manager.as_deref() {
+                let sub = (part == Part::Status).then_some("status");
+                new = apply::track(def, Some(&old), &new, manager, sub);
+            }
             if object::same_ignoring_rv(&new, &old) {
                 return Ok(Written {
                     object: old,
@@ -785,6 +849,10 @@ impl Registry {
                             o.remove("status");
                         }
                     }
+                }
+                // Server-side apply to /status records its ownership in the object's metadata.
+                if let Some(mf) = incoming["metadata"].get("managedFields") {
+                    new["metadata"]["managedFields"] = mf.clone();
                 }
                 new
             }
@@ -885,7 +953,7 @@ impl Registry {
                     resource: def.group_resource(),
                     name: name.to_string(),
                 })?;
-            let old = object::decode(&kv)?;
+            let old = object::decode_as(&kv, &def.api_version())?;
             if let Some(uid) = &opts.uid {
                 if old["metadata"]["uid"].as_str() != Some(uid.as_str()) {
                     return Err(ApiError::Conflict {
@@ -912,7 +980,12 @@ impl Registry {
             }
             let is_namespace = def.group.is_empty() && def.plural == "namespaces";
             let graceful = def.strategy.graceful_delete(&old, opts.grace_period);
+            let gc_finalizer = opts
+                .propagation
+                .and_then(Propagation::finalizer)
+                .filter(|_| !is_namespace);
             let keep = is_namespace
+                || gc_finalizer.is_some()
                 || !object::finalizers(&old).is_empty()
                 || matches!(graceful, GracefulDelete::Graceful(_));
             if object::is_deleting(&old)
@@ -928,6 +1001,13 @@ impl Registry {
                 };
                 new["metadata"]["deletionTimestamp"] = json!(ts);
                 new["metadata"]["deletionGracePeriodSeconds"] = json!(grace);
+                if let Some(f) = gc_finalizer {
+                    let mut all = object::finalizers(&new);
+                    if !all.iter().any(|x| x == f) {
+                        all.push(f.to_string());
+                    }
+                    new["metadata"]["finalizers"] = json!(all);
+                }
                 if is_namespace {
                     new["status"]["phase"] = json!("Terminating");
                 }

@@ -18,6 +18,19 @@ pub fn decode(kv: &KeyValue) -> Result<Value, ApiError> {
     Ok(obj)
 }
 
+/// The object as `def` serves it: stored JSON plus `resourceVersion`, with `apiVersion` set to
+/// the served version (custom resources with several versions share one stored object; their
+/// conversion is `None`, so only `apiVersion` differs).
+pub fn decode_as(kv: &KeyValue, api_version: &str) -> Result<Value, ApiError> {
+    let mut obj = decode(kv)?;
+    if let Some(o) = obj.as_object_mut() {
+        if o.get("apiVersion").and_then(Value::as_str) != Some(api_version) {
+            o.insert("apiVersion".into(), json!(api_version));
+        }
+    }
+    Ok(obj)
+}
+
 /// Sets `metadata.resourceVersion`.
 pub fn set_resource_version(obj: &mut Value, rev: u64) {
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {

@@ -47,8 +47,9 @@ pub fn apply(
         }
         BodyType::StrategicMergePatch => {
             let Some(def) = definition else {
+                // Upstream's answer for custom resources.
                 return Err(ApiError::UnsupportedMediaType(
-                    "strategic merge patch format is not supported".into(),
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml".into(),
                 ));
             };
             if !patch_doc.is_object() {

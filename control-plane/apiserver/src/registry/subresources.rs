@@ -6,13 +6,28 @@ use serde_json::{json, Value};
 
 use super::{object, DeleteOptions, ListParams, Part, Registry, WriteOptions};
 use crate::error::{ApiError, Result};
+use crate::jsonpath;
 use crate::resources::ResourceDef;
 
-/// The `autoscaling/v1 Scale` view of an object.
-pub fn scale_of(obj: &Value) -> Value {
-    let selector = Selector::from_label_selector(&obj["spec"]["selector"])
-        .map(|s| s.to_string())
-        .unwrap_or_default();
+/// The `autoscaling/v1 Scale` view of an object, read through the resource's scale paths.
+pub fn scale_of(def: &ResourceDef, obj: &Value) -> Value {
+    let paths = def.scale.clone().unwrap_or_default();
+    let selector = match paths
+        .label_selector
+        .as_deref()
+        .and_then(|p| jsonpath::get(obj, p))
+    {
+        Some(Value::String(s)) => s.clone(),
+        Some(v @ Value::Object(_)) => Selector::from_label_selector(v)
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        _ => String::new(),
+    };
+    let int = |path: &str| {
+        jsonpath::get(obj, path)
+            .and_then(Value::as_i64)
+            .unwrap_or(0)
+    };
     let meta = &obj["metadata"];
     json!({
         "kind": "Scale",
@@ -24,8 +39,8 @@ pub fn scale_of(obj: &Value) -> Value {
             "resourceVersion": meta["resourceVersion"],
             "creationTimestamp": meta["creationTimestamp"],
         },
-        "spec": {"replicas": obj["spec"]["replicas"].as_i64().unwrap_or(0)},
-        "status": {"replicas": obj["status"]["replicas"].as_i64().unwrap_or(0), "selector": selector},
+        "spec": {"replicas": int(&paths.spec_replicas)},
+        "status": {"replicas": int(&paths.status_replicas), "selector": selector},
     })
 }
 
@@ -61,11 +76,16 @@ impl Registry {
         let written = self
             .update_with(def, ns, name, expected, Part::Main, opts, |old| {
                 let mut new = old.clone();
-                new["spec"]["replicas"] = json!(replicas);
+                let path = def.scale.clone().unwrap_or_default().spec_replicas;
+                if !jsonpath::set(&mut new, &path, json!(replicas)) {
+                    return Err(ApiError::Internal(format!(
+                        "cannot write the scale path {path}"
+                    )));
+                }
                 Ok(new)
             })
             .await?;
-        Ok(scale_of(&written.object))
+        Ok(scale_of(def, &written.object))
     }
 
     /// `pods/binding`: assigns the pod to a node, once.
@@ -95,7 +115,7 @@ impl Registry {
                     resource: def.group_resource(),
                     name: name.into(),
                 })?;
-            let mut pod = object::decode(&kv)?;
+            let mut pod = object::decode_as(&kv, &def.api_version())?;
             if let Some(uid) = binding["metadata"]["uid"].as_str() {
                 if pod["metadata"]["uid"].as_str() != Some(uid) {
                     return Err(ApiError::conflict(&def.group_resource(), name));
@@ -222,6 +242,7 @@ impl Registry {
         }
         let opts = &eviction["deleteOptions"];
         let delete = DeleteOptions {
+            propagation: None,
             dry_run: opts["dryRun"]
                 .as_array()
                 .is_some_and(|d| d.iter().any(|v| v == "All")),

@@ -167,8 +167,9 @@ impl Registry {
         let labels = params.labels;
         let fields = params.fields;
         let bookmarks = params.bookmarks;
+        let api_version = def.api_version();
         let live = changes.filter_map(move |item| {
-            futures::future::ready(translate(item, &labels, &fields, bookmarks))
+            futures::future::ready(translate(item, &labels, &fields, bookmarks, &api_version))
         });
         // End the stream after the first ERROR.
         let mut ended = false;
@@ -188,6 +189,7 @@ fn translate(
     labels: &Selector,
     fields: &FieldSelector,
     bookmarks: bool,
+    api_version: &str,
 ) -> Option<WatchEvent> {
     let event = match item {
         Ok(WatchItem::Event(e)) => e,
@@ -212,14 +214,14 @@ fn translate(
             ))
         }
     };
-    let new = match object::decode(&event.kv) {
+    let new = match object::decode_as(&event.kv, api_version) {
         Ok(v) => v,
         Err(e) => return Some(WatchEvent::Error(e.to_status())),
     };
     let old_matches = event
         .prev
         .as_ref()
-        .and_then(|kv| object::decode(kv).ok())
+        .and_then(|kv| object::decode_as(kv, api_version).ok())
         .is_some_and(|o| Registry::matches(labels, fields, &o));
     let new_matches = Registry::matches(labels, fields, &new);
     let ty = match (event.kind, old_matches, new_matches) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use k8s_openapi::api as k;
 use serde_json::Value;
 
-use super::{ResourceDef, Subresource, TypeCheck};
+use super::{ResourceDef, ScalePaths, SchemaRef, Subresource, TypeCheck};
 use crate::strategy::{self, Strategy};
 
 fn check<T: serde::de::DeserializeOwned>(v: &Value) -> Result<(), String> {
@@ -525,6 +525,8 @@ fn entries() -> Vec<Entry> {
             k::node::v1::RuntimeClass,
             generic.clone()
         ),
+        // apiextensions.k8s.io/v1
+        e!("apiextensions.k8s.io", "v1", CustomResourceDefinition, "customresourcedefinitions", false, &["crd", "crds"], &["api-extensions"], &[Status], "io.k8s.apiextensions-apiserver.pkg.apis.apiextensions.v1.CustomResourceDefinition", k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition, Arc::new(crate::crd::CrdStrategy)),
         // resource.k8s.io/v1 (DRA)
         e!(
             "resource.k8s.io",
@@ -598,6 +600,13 @@ pub fn all() -> Vec<ResourceDef> {
             definition: e.definition.into(),
             strategy: e.strategy,
             type_check: Some(e.type_check),
+            schemas: SchemaRef::Builtin,
+            scale: e
+                .subresources
+                .contains(&Subresource::Scale)
+                .then(ScalePaths::default),
+            storage_version: None,
+            custom: false,
         })
         .collect()
 }

@@ -5,7 +5,10 @@
 mod builtin;
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+
+use fabrik_openapi::Definitions;
 
 use serde_json::Value;
 
@@ -55,6 +58,47 @@ impl Subresource {
 /// Checks that a JSON object decodes as the kind's typed structure (types of every field).
 pub type TypeCheck = fn(&Value) -> Result<(), String>;
 
+/// Where a resource's schema lives.
+#[derive(Clone)]
+pub enum SchemaRef {
+    /// The built-in definitions (k8s-openapi schemas with the upstream extensions).
+    Builtin,
+    /// A custom resource's own definitions (from its CRD version's `openAPIV3Schema`).
+    Custom(Arc<Definitions>),
+}
+
+impl SchemaRef {
+    /// The definitions.
+    pub fn get(&self) -> &Definitions {
+        match self {
+            SchemaRef::Builtin => Definitions::builtin(),
+            SchemaRef::Custom(d) => d,
+        }
+    }
+}
+
+/// JSON paths of the scale subresource's fields (`.spec.replicas`, ... for built-in kinds; from
+/// `subresources.scale` for custom resources).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScalePaths {
+    /// Desired replicas, e.g. `.spec.replicas`.
+    pub spec_replicas: String,
+    /// Observed replicas, e.g. `.status.replicas`.
+    pub status_replicas: String,
+    /// Label selector (string form) for the scale status, if any.
+    pub label_selector: Option<String>,
+}
+
+impl Default for ScalePaths {
+    fn default() -> Self {
+        ScalePaths {
+            spec_replicas: ".spec.replicas".into(),
+            status_replicas: ".status.replicas".into(),
+            label_selector: Some(".spec.selector".into()),
+        }
+    }
+}
+
 /// One served resource.
 pub struct ResourceDef {
     /// API group; empty for core.
@@ -79,8 +123,17 @@ pub struct ResourceDef {
     pub definition: String,
     /// Per-kind behaviour.
     pub strategy: Arc<dyn Strategy>,
-    /// Decodes into the typed struct to check field types; None for schemaless kinds.
+    /// Decodes into the typed struct to check field types; None for custom resources.
     pub type_check: Option<TypeCheck>,
+    /// The schema used for pruning, patch metadata and OpenAPI.
+    pub schemas: SchemaRef,
+    /// Scale subresource paths, when the resource serves `/scale`.
+    pub scale: Option<ScalePaths>,
+    /// The version objects are stored as (custom resources with several versions); None = this
+    /// resource's own version.
+    pub storage_version: Option<String>,
+    /// Served through a CustomResourceDefinition (JSON merge patch only, no protobuf).
+    pub custom: bool,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -150,6 +203,8 @@ impl ResourceDef {
 #[derive(Default)]
 pub struct Catalog {
     entries: RwLock<BTreeMap<(String, String, String), Arc<ResourceDef>>>,
+    /// Bumped on every change, so caches of derived documents (OpenAPI) know to rebuild.
+    generation: AtomicU64,
 }
 
 impl Catalog {
@@ -168,6 +223,28 @@ impl Catalog {
         if let Ok(mut entries) = self.entries.write() {
             entries.insert(key, Arc::new(def));
         }
+        self.generation.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Removes one resource; returns whether it was served.
+    pub fn remove(&self, group: &str, version: &str, plural: &str) -> bool {
+        let removed = self
+            .entries
+            .write()
+            .map(|mut e| {
+                e.remove(&(group.to_string(), version.to_string(), plural.to_string()))
+                    .is_some()
+            })
+            .unwrap_or(false);
+        if removed {
+            self.generation.fetch_add(1, Ordering::SeqCst);
+        }
+        removed
+    }
+
+    /// Changes with every insert or removal.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::SeqCst)
     }
 
     /// Looks up one resource.

@@ -16,6 +16,7 @@ mod pod;
 mod service;
 mod workload;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -35,47 +36,47 @@ pub type NameValidator = fn(&str) -> Vec<String>;
 #[derive(Clone, Debug)]
 pub struct Column {
     /// Header.
-    pub name: &'static str,
+    pub name: Cow<'static, str>,
     /// `string`, `integer`, `date`, ...
-    pub kind: &'static str,
+    pub kind: Cow<'static, str>,
     /// `name` for the name column, else empty.
-    pub format: &'static str,
+    pub format: Cow<'static, str>,
     /// 0 = always shown, 1 = only with `-o wide`.
     pub priority: u8,
     /// What the column shows.
-    pub description: &'static str,
+    pub description: Cow<'static, str>,
 }
 
 impl Column {
     /// A column shown by default.
     pub const fn new(name: &'static str, kind: &'static str, description: &'static str) -> Column {
         Column {
-            name,
-            kind,
-            format: "",
+            name: Cow::Borrowed(name),
+            kind: Cow::Borrowed(kind),
+            format: Cow::Borrowed(""),
             priority: 0,
-            description,
+            description: Cow::Borrowed(description),
         }
     }
 
     /// A column shown only with `-o wide`.
     pub const fn wide(name: &'static str, kind: &'static str, description: &'static str) -> Column {
         Column {
-            name,
-            kind,
-            format: "",
+            name: Cow::Borrowed(name),
+            kind: Cow::Borrowed(kind),
+            format: Cow::Borrowed(""),
             priority: 1,
-            description,
+            description: Cow::Borrowed(description),
         }
     }
 
     /// The upstream NAME column.
     pub const NAME: Column = Column {
-        name: "Name",
-        kind: "string",
-        format: "name",
+        name: Cow::Borrowed("Name"),
+        kind: Cow::Borrowed("string"),
+        format: Cow::Borrowed("name"),
         priority: 0,
-        description: "Name must be unique within a namespace.",
+        description: Cow::Borrowed("Name must be unique within a namespace."),
     };
 
     /// The upstream AGE column.
@@ -151,6 +152,11 @@ pub trait Strategy: Send + Sync {
     /// Fields beyond `metadata.name` / `metadata.namespace` a field selector may use.
     fn selectable_fields(&self) -> &'static [&'static str] {
         &[]
+    }
+
+    /// Whether a field selector may use `field` (beyond `metadata.name` / `metadata.namespace`).
+    fn allows_field(&self, field: &str) -> bool {
+        self.selectable_fields().contains(&field)
     }
 
     /// The table columns.
@@ -297,6 +303,11 @@ pub fn required(field: impl Into<String>) -> FieldError {
     field_error(FieldErrorKind::FieldValueRequired, field, None, "")
 }
 
+/// A required-field error with a message.
+pub fn field_required(field: impl Into<String>, message: &str) -> FieldError {
+    field_error(FieldErrorKind::FieldValueRequired, field, None, message)
+}
+
 /// An invalid-value error.
 pub fn invalid(field: impl Into<String>, value: &str, message: impl Into<String>) -> FieldError {
     field_error(
@@ -320,6 +331,26 @@ pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) 
         field,
         Some(value),
         format!("supported values: {}", list.join(", ")),
+    )
+}
+
+/// A too-long error (strings longer than `max` characters).
+pub fn too_long(field: impl Into<String>, max: u64) -> FieldError {
+    field_error(
+        FieldErrorKind::FieldValueTooLong,
+        field,
+        None,
+        format!("may not be more than {max} bytes"),
+    )
+}
+
+/// A too-many error (lists or maps with more than `max` entries).
+pub fn too_many(field: impl Into<String>, count: u64, max: u64) -> FieldError {
+    field_error(
+        FieldErrorKind::FieldValueInvalid,
+        field,
+        Some(&count.to_string()),
+        format!("must have at most {max} items"),
     )
 }
 

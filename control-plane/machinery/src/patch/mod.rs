@@ -9,6 +9,8 @@
 mod order;
 mod strategic;
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
 
 pub use strategic::strategic_merge_patch;
@@ -98,12 +100,54 @@ pub struct FieldPatchInfo {
     pub is_list: bool,
     /// The field is an `additionalProperties` map (`map[string]X`) rather than a struct.
     pub is_map: bool,
+    /// How server-side apply merges the list (`atomic`, `set` or `map`): upstream's
+    /// `x-kubernetes-list-type`, else derived as structured-merge-diff does (a `merge` patch
+    /// strategy with a merge key is a `map` list keyed by it, without one a `set`, any other
+    /// list `atomic`). `None` where the schema does not say; [`FieldPatchInfo::list_kind`]
+    /// then derives it from the patch strategy.
+    pub list_type: Option<String>,
+    /// `x-kubernetes-list-map-keys` of a `map` list (the merge key where only that is given).
+    pub list_map_keys: Vec<String>,
+    /// Default values of list map keys an element may omit (upstream's schemas declare
+    /// `protocol: TCP` for ports), used to compute the element's key.
+    pub list_map_key_defaults: BTreeMap<String, Value>,
+    /// `x-kubernetes-map-type` (`atomic` or `granular`) of the field's value when it is an
+    /// object: declared on the property, else on the struct definition it refers to.
+    pub map_type: Option<String>,
+    /// For lists and maps: `x-kubernetes-map-type` of the element definition (e.g. an atomic
+    /// struct such as `LocalObjectReference`). `None` for other fields.
+    pub struct_type: Option<String>,
 }
 
 impl FieldPatchInfo {
     /// Whether the strategies include `name`.
     pub fn has_strategy(&self, name: &str) -> bool {
         self.strategies.iter().any(|s| s.trim() == name)
+    }
+
+    /// The list type server-side apply uses: the declared one, else derived from the patch
+    /// strategy (`merge` with a merge key: `map`; `merge` without: `set`; else `atomic`).
+    /// `None` for fields that are not lists.
+    pub fn list_kind(&self) -> Option<&str> {
+        if !self.is_list {
+            return None;
+        }
+        if let Some(t) = self.list_type.as_deref() {
+            return Some(t);
+        }
+        Some(match (self.has_strategy("merge"), &self.merge_key) {
+            (true, Some(_)) => "map",
+            (true, None) => "set",
+            (false, _) => "atomic",
+        })
+    }
+
+    /// The keys of a `map` list: `list_map_keys`, else the merge key.
+    pub fn map_keys(&self) -> Vec<String> {
+        if !self.list_map_keys.is_empty() {
+            return self.list_map_keys.clone();
+        }
+        self.merge_key.iter().cloned().collect()
     }
 }
 

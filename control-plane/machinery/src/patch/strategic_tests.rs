@@ -17,6 +17,7 @@ fn info(strategies: &[&str], key: Option<&str>, def: Option<&str>, list: bool) -
         definition: def.map(str::to_string),
         is_list: list,
         is_map: false,
+        ..FieldPatchInfo::default()
     }
 }
 

@@ -1,0 +1,74 @@
+//! The node's DRA ResourceSlice (`resource.k8s.io/v1`): one slice, pool named after the node,
+//! driver `gpu.fabrik.dev`; replaced whole when its devices change, with the pool generation
+//! bumped so that consumers discard older slices.
+
+use k8s_openapi::api::resource::v1::{Device, ResourcePool, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::PostParams;
+use kube::{Api, Client};
+
+use super::{api, Result};
+
+/// The slice's name for a node.
+pub fn name(node: &str) -> String {
+    format!("{node}-{}", fabrik_api::DRA_DRIVER)
+}
+
+/// Creates or updates the node's slice to hold exactly `devices`; does nothing when it does.
+pub async fn publish(
+    client: &Client,
+    node: &str,
+    owner: Option<OwnerReference>,
+    devices: Vec<Device>,
+) -> Result<bool> {
+    let slices: Api<ResourceSlice> = Api::all(client.clone());
+    let slice_name = name(node);
+    let existing = slices
+        .get_opt(&slice_name)
+        .await
+        .map_err(api("reading the ResourceSlice"))?;
+    let current_devices = existing
+        .as_ref()
+        .and_then(|s| s.spec.devices.clone())
+        .unwrap_or_default();
+    if existing.is_some() && current_devices == devices {
+        return Ok(false);
+    }
+    let generation = existing
+        .as_ref()
+        .map(|s| s.spec.pool.generation + 1)
+        .unwrap_or(1);
+    let slice = ResourceSlice {
+        metadata: ObjectMeta {
+            name: Some(slice_name.clone()),
+            resource_version: existing
+                .as_ref()
+                .and_then(|s| s.metadata.resource_version.clone()),
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: ResourceSliceSpec {
+            driver: fabrik_api::DRA_DRIVER.into(),
+            node_name: Some(node.into()),
+            pool: ResourcePool {
+                name: node.into(),
+                generation,
+                resource_slice_count: 1,
+            },
+            devices: Some(devices),
+            ..Default::default()
+        },
+    };
+    if existing.is_some() {
+        slices
+            .replace(&slice_name, &PostParams::default(), &slice)
+            .await
+            .map_err(api("updating the ResourceSlice"))?;
+    } else {
+        slices
+            .create(&PostParams::default(), &slice)
+            .await
+            .map_err(api("creating the ResourceSlice"))?;
+    }
+    Ok(true)
+}

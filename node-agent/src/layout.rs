@@ -1,0 +1,413 @@
+//! The desired GPU layout of a node: its format (YAML or JSON in the node annotation
+//! `fabrik.dev/gpu-layout`), and its resolution against the node's GPUs into a per-GPU target.
+//!
+//! Resolution is pure and all-or-nothing: either every GPU gets a target that the profile table
+//! says is possible, or an error names the first problem and nothing is planned.
+//!
+//! ```yaml
+//! mode: whole                      # every GPU whole
+//! ---
+//! mode: mig
+//! geometry: all-1g.18gb            # default for every GPU (or all-balanced)
+//! perGpu:                          # optional overrides, by GPU index
+//!   "3": [3g.71gb, 4g.71gb]        # a list of profiles …
+//!   "4": all-balanced              # … or a named geometry
+//! ---
+//! mode: time-slicing
+//! replicas: 4
+//! ---
+//! mode: shared
+//! slices:
+//!   - { memoryMiB: 20480, computePercent: 25, count: 4 }
+//! ```
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+use crate::backend::GpuInfo;
+use crate::profiles::{self, Placement};
+
+/// Errors of this module.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The layout is not valid YAML/JSON of the expected shape.
+    #[error("invalid layout: {0}")]
+    Parse(#[source] serde_yaml_ng::Error),
+    /// The layout parses but cannot be applied to this node.
+    #[error("invalid layout: {0}")]
+    Invalid(String),
+    /// A MIG geometry is impossible on a GPU.
+    #[error("invalid layout for GPU {gpu}: {source}")]
+    Mig {
+        /// The GPU.
+        gpu: u32,
+        /// Why.
+        #[source]
+        source: profiles::Error,
+    },
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The desired layout as the platform writes it.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Layout {
+    /// Every GPU whole. (A struct variant, so that unknown fields are refused.)
+    Whole {},
+    /// MIG on every GPU (`geometry`) or on some (`perGpu`); GPUs with neither stay whole.
+    Mig {
+        /// Geometry for every GPU not in `perGpu`.
+        #[serde(default)]
+        geometry: Option<String>,
+        /// Per-GPU geometry (name) or list of profiles, keyed by GPU index.
+        #[serde(default, rename = "perGpu")]
+        per_gpu: BTreeMap<String, GpuMig>,
+    },
+    /// Every GPU advertised `replicas` times (CUDA time-slicing; no isolation).
+    TimeSlicing {
+        /// How many pods may share one GPU.
+        replicas: u32,
+    },
+    /// Every GPU cut into memory/compute-capped software slices.
+    Shared {
+        /// The slice classes, each repeated `count` times per GPU.
+        slices: Vec<SharedSlice>,
+    },
+}
+
+/// The MIG layout of one GPU.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(untagged)]
+pub enum GpuMig {
+    /// A named geometry (`all-1g.18gb`, `all-balanced`).
+    Geometry(String),
+    /// Explicit profiles.
+    Profiles(Vec<String>),
+}
+
+/// A shared-slice class.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SharedSlice {
+    /// Memory limit in MiB.
+    #[serde(rename = "memoryMiB")]
+    pub memory_mib: u64,
+    /// Compute limit in percent of the GPU's SMs.
+    pub compute_percent: u32,
+    /// Slices of this class per GPU.
+    pub count: u32,
+}
+
+impl SharedSlice {
+    /// The extended resource a pod requests for one slice of this class.
+    pub fn resource_name(&self) -> String {
+        format!(
+            "fabrik.dev/shared-gpu-{}mib-{}pct",
+            self.memory_mib, self.compute_percent
+        )
+    }
+}
+
+/// A MIG instance to have.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq, PartialOrd, Ord)]
+pub struct PlannedMig {
+    /// Profile name.
+    pub profile: String,
+    /// Where.
+    pub placement: Placement,
+}
+
+/// What one GPU should be.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "camelCase", tag = "mode")]
+pub enum GpuTarget {
+    /// Whole, MIG off.
+    Whole,
+    /// MIG on with exactly these instances.
+    Mig {
+        /// The instances, sorted by placement.
+        instances: Vec<PlannedMig>,
+    },
+    /// MIG off, advertised `replicas` times.
+    TimeSliced {
+        /// Replicas.
+        replicas: u32,
+    },
+    /// MIG off, cut into software slices.
+    Shared {
+        /// Slice classes.
+        slices: Vec<SharedSlice>,
+    },
+}
+
+impl GpuTarget {
+    /// Whether MIG mode must be on.
+    pub fn wants_mig(&self) -> bool {
+        matches!(self, GpuTarget::Mig { .. })
+    }
+}
+
+/// The resolved layout: a target per GPU index, and the mode name for labels.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
+pub struct Target {
+    /// `whole`, `mig`, `time-slicing` or `shared`.
+    pub mode: String,
+    /// Per GPU index.
+    pub gpus: BTreeMap<u32, GpuTarget>,
+}
+
+/// Parses a layout document (YAML or JSON).
+pub fn parse(text: &str) -> Result<Layout> {
+    serde_yaml_ng::from_str(text).map_err(Error::Parse)
+}
+
+/// Resolves `layout` for the GPUs of this node.
+pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
+    let mut out = BTreeMap::new();
+    let mode = match layout {
+        Layout::Whole {} => {
+            for g in gpus {
+                out.insert(g.index, GpuTarget::Whole);
+            }
+            "whole"
+        }
+        Layout::Mig { geometry, per_gpu } => {
+            let mut overrides = BTreeMap::new();
+            for (key, mig) in per_gpu {
+                let index: u32 = key.parse().map_err(|_| {
+                    Error::Invalid(format!("perGpu key {key:?} is not a GPU index"))
+                })?;
+                if !gpus.iter().any(|g| g.index == index) {
+                    return Err(Error::Invalid(format!(
+                        "perGpu names GPU {index}, but the node has {} GPUs",
+                        gpus.len()
+                    )));
+                }
+                overrides.insert(index, mig);
+            }
+            if geometry.is_none() && overrides.is_empty() {
+                return Err(Error::Invalid(
+                    "mode mig needs a geometry or perGpu entries".into(),
+                ));
+            }
+            for g in gpus {
+                let wanted = match (overrides.get(&g.index), geometry) {
+                    (Some(m), _) => Some((*m).clone()),
+                    (None, Some(name)) => Some(GpuMig::Geometry(name.clone())),
+                    (None, None) => None,
+                };
+                let target = match wanted {
+                    None => GpuTarget::Whole,
+                    Some(m) => mig_target(g, &m)?,
+                };
+                out.insert(g.index, target);
+            }
+            "mig"
+        }
+        Layout::TimeSlicing { replicas } => {
+            if !(1..=64).contains(replicas) {
+                return Err(Error::Invalid(format!(
+                    "time-slicing replicas must be 1..=64, got {replicas}"
+                )));
+            }
+            for g in gpus {
+                out.insert(
+                    g.index,
+                    GpuTarget::TimeSliced {
+                        replicas: *replicas,
+                    },
+                );
+            }
+            "time-slicing"
+        }
+        Layout::Shared { slices } => {
+            for g in gpus {
+                check_slices(slices, g)?;
+                out.insert(
+                    g.index,
+                    GpuTarget::Shared {
+                        slices: slices.clone(),
+                    },
+                );
+            }
+            "shared"
+        }
+    };
+    Ok(Target {
+        mode: mode.to_string(),
+        gpus: out,
+    })
+}
+
+fn mig_target(gpu: &GpuInfo, mig: &GpuMig) -> Result<GpuTarget> {
+    let err = |source| Error::Mig {
+        gpu: gpu.index,
+        source,
+    };
+    let model = gpu.model;
+    let profiles = match mig {
+        GpuMig::Geometry(name) => model.geometry(name).map_err(err)?,
+        GpuMig::Profiles(names) => names
+            .iter()
+            .map(|n| model.profile(n))
+            .collect::<profiles::Result<Vec<_>>>()
+            .map_err(err)?,
+    };
+    if profiles.is_empty() {
+        return Err(Error::Invalid(format!(
+            "GPU {}: an empty MIG profile list (use mode whole)",
+            gpu.index
+        )));
+    }
+    let placements = profiles::place(model, &profiles).map_err(err)?;
+    let mut instances: Vec<PlannedMig> = profiles
+        .iter()
+        .zip(placements)
+        .map(|(p, placement)| PlannedMig {
+            profile: p.name.to_string(),
+            placement,
+        })
+        .collect();
+    instances.sort_by_key(|i| i.placement);
+    Ok(GpuTarget::Mig { instances })
+}
+
+fn check_slices(slices: &[SharedSlice], gpu: &GpuInfo) -> Result<()> {
+    if slices.is_empty() {
+        return Err(Error::Invalid(
+            "mode shared needs at least one slice".into(),
+        ));
+    }
+    let mut memory = 0u64;
+    let mut compute = 0u64;
+    for s in slices {
+        if s.memory_mib == 0 || s.count == 0 || !(1..=100).contains(&s.compute_percent) {
+            return Err(Error::Invalid(format!(
+                "shared slice {s:?}: memoryMiB and count must be positive, computePercent 1..=100"
+            )));
+        }
+        memory = memory.saturating_add(s.memory_mib.saturating_mul(u64::from(s.count)));
+        compute = compute.saturating_add(u64::from(s.compute_percent) * u64::from(s.count));
+    }
+    if memory > gpu.memory_mib {
+        return Err(Error::Invalid(format!(
+            "GPU {}: shared slices need {memory} MiB, the GPU has {} MiB",
+            gpu.index, gpu.memory_mib
+        )));
+    }
+    if compute > 100 {
+        return Err(Error::Invalid(format!(
+            "GPU {}: shared slices need {compute}% compute, more than 100%",
+            gpu.index
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn gpus(model: &str, n: u32) -> Vec<GpuInfo> {
+        let model = profiles::model(model).expect("model");
+        (0..n)
+            .map(|index| GpuInfo {
+                index,
+                uuid: format!("GPU-{index}"),
+                model,
+                memory_mib: model.memory_mib,
+                pci_bus_id: String::new(),
+                pcie_root: None,
+                numa_node: Some(0),
+                nvlink_peers: Vec::new(),
+                mig_enabled: false,
+                mig: Vec::new(),
+            })
+            .collect()
+    }
+
+    fn resolve_text(text: &str, model: &str) -> Result<Target> {
+        resolve(&parse(text)?, &gpus(model, 2))
+    }
+
+    #[test]
+    fn every_mode_resolves() {
+        let t = resolve_text("mode: whole", "H200-141GB").expect("whole");
+        assert_eq!(t.gpus[&1], GpuTarget::Whole);
+        let t = resolve_text("mode: mig\ngeometry: all-1g.18gb", "H200-141GB").expect("mig");
+        let GpuTarget::Mig { instances } = &t.gpus[&0] else {
+            panic!("not mig: {t:?}")
+        };
+        assert_eq!(instances.len(), 7);
+        let t = resolve_text(
+            r#"{"mode": "mig", "perGpu": {"1": ["3g.40gb", "4g.40gb"]}}"#,
+            "H100-80GB",
+        )
+        .expect("per gpu, JSON");
+        assert_eq!(t.gpus[&0], GpuTarget::Whole);
+        assert!(t.gpus[&1].wants_mig());
+        let t = resolve_text("mode: time-slicing\nreplicas: 4", "A100-40GB").expect("ts");
+        assert_eq!(t.gpus[&0], GpuTarget::TimeSliced { replicas: 4 });
+        let t = resolve_text(
+            "mode: shared\nslices: [{memoryMiB: 10240, computePercent: 25, count: 4}]",
+            "A100-80GB",
+        )
+        .expect("shared");
+        assert_eq!(t.mode, "shared");
+    }
+
+    #[test]
+    fn invalid_layouts_are_refused_with_a_reason() {
+        let cases = [
+            ("mode: partial", "unknown variant"),
+            ("mode: whole\nextra: 1", "unknown field"),
+            ("mode: mig", "needs a geometry"),
+            ("mode: mig\ngeometry: all-1g.10gb", "has no MIG profile"),
+            ("mode: mig\ngeometry: most", "unknown MIG geometry"),
+            (
+                "mode: mig\nperGpu: {\"7\": all-balanced}",
+                "the node has 2 GPUs",
+            ),
+            ("mode: mig\nperGpu: {x: all-balanced}", "not a GPU index"),
+            (
+                "mode: mig\nperGpu: {\"0\": [4g.71gb, 4g.71gb]}",
+                "do not fit",
+            ),
+            ("mode: time-slicing\nreplicas: 0", "replicas"),
+            (
+                "mode: shared\nslices: [{memoryMiB: 80000, computePercent: 25, count: 2}]",
+                "MiB",
+            ),
+            (
+                "mode: shared\nslices: [{memoryMiB: 100, computePercent: 60, count: 2}]",
+                "more than 100%",
+            ),
+            ("mode: [", "invalid layout"),
+        ];
+        for (text, expect) in cases {
+            let err = resolve_text(text, "H200-141GB")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(expect), "{text:?}: {err:?} lacks {expect:?}");
+        }
+    }
+
+    #[test]
+    fn whole_only_models_refuse_mig() {
+        let mut g = gpus("H200-141GB", 1);
+        let not_mig = profiles::GpuModel {
+            mig: &[],
+            ..*g[0].model
+        };
+        g[0].model = Box::leak(Box::new(not_mig));
+        let err = resolve(&parse("mode: mig\ngeometry: all-balanced").expect("ok"), &g)
+            .expect_err("no MIG");
+        assert!(err.to_string().contains("GPU 0"), "{err}");
+    }
+}

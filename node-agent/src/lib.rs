@@ -1,0 +1,33 @@
+//! The Fabrik GPU node agent.
+//!
+//! One agent runs per GPU node. Each pass it:
+//!
+//! 1. reads its Node from the host API server (registering it if absent) and the GPUs through a
+//!    [`backend::GpuBackend`] — [`backend::nvml`] on real nodes, [`backend::simulated`] for
+//!    `fabrik up` and tests;
+//! 2. folds health signals into per-GPU verdicts ([`health`]);
+//! 3. reconciles the desired layout from the Node annotation `fabrik.dev/gpu-layout`
+//!    ([`layout`], [`partition`]), changing only GPUs no pod uses, persisting its progress
+//!    ([`state`]);
+//! 4. publishes inventory and topology — extended resources, labels, a DRA ResourceSlice
+//!    ([`inventory`], [`host`]);
+//! 5. remediates: taint, cordon, evict pods on bad GPUs, return the node ([`remediation`]).
+//!
+//! Decisions are pure functions (plan = f(desired, observed)) unit-tested without a server;
+//! [`host`] and [`agent`] only carry them out. MIG profile tables are in [`profiles`]; the
+//! per-container limits of shared slices in [`sharing`].
+//!
+//! Not here yet: GPU-second metering, tenant networks, the kubelet stand-in and scheduler for
+//! `fabrik up`, the GPU check script (see `docs/node-agent.md`).
+
+pub mod agent;
+pub mod backend;
+pub mod health;
+pub mod host;
+pub mod inventory;
+pub mod layout;
+pub mod partition;
+pub mod profiles;
+pub mod remediation;
+pub mod sharing;
+pub mod state;
