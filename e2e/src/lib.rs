@@ -249,21 +249,29 @@ impl FakeKubelet {
         init_crypto();
         let kubeconfig = kubeconfig.to_path_buf();
         let (tx, mut rx) = tokio::sync::oneshot::channel::<()>();
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
         let thread = std::thread::spawn(move || {
             runtime.block_on(async move {
                 let Ok(kc) = kube::config::Kubeconfig::read_from(&kubeconfig) else {
                     return;
                 };
-                let Ok(config) = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await else {
+                let Ok(config) =
+                    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await
+                else {
                     return;
                 };
                 let Ok(client) = kube::Client::try_from(config) else {
                     return;
                 };
-                let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::all(client.clone());
+                let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+                    kube::Api::all(client.clone());
                 loop {
-                    if let Ok(list) = pods.list(&kube::api::ListParams::default().fields("status.phase=Pending")).await {
+                    if let Ok(list) = pods
+                        .list(&kube::api::ListParams::default().fields("status.phase=Pending"))
+                        .await
+                    {
                         for pod in list.items {
                             let _ = mark_ready(&client, &pod).await;
                         }
@@ -275,7 +283,10 @@ impl FakeKubelet {
                 }
             });
         });
-        Ok(FakeKubelet { stop: Some(tx), thread: Some(thread) })
+        Ok(FakeKubelet {
+            stop: Some(tx),
+            thread: Some(thread),
+        })
     }
 }
 
@@ -285,15 +296,18 @@ async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod
         return Ok(());
     }
     let ns = pod.namespace().unwrap_or_default();
-    let api: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(client.clone(), &ns);
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), &ns);
     let now = "2026-01-01T00:00:00Z";
     let containers: Vec<serde_json::Value> = pod
         .spec
         .as_ref()
-        .map(|s| s.containers.iter().map(|c| serde_json::json!({
+        .map(|s| {
+            s.containers.iter().map(|c| serde_json::json!({
             "name": c.name, "image": c.image, "imageID": "", "ready": true, "started": true,
             "restartCount": 0, "state": {"running": {"startedAt": now}}
-        })).collect())
+        })).collect()
+        })
         .unwrap_or_default();
     let status = serde_json::json!({"status": {
         "phase": "Running",
@@ -308,7 +322,12 @@ async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod
         ],
         "containerStatuses": containers,
     }});
-    api.patch_status(&pod.name_any(), &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&status)).await?;
+    api.patch_status(
+        &pod.name_any(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&status),
+    )
+    .await?;
     Ok(())
 }
 
@@ -337,7 +356,10 @@ pub fn helms() -> Vec<Helm> {
     let bin = repo_root().join(".tools").join("bin");
     ["3", "4"]
         .iter()
-        .map(|m| Helm { major: m.to_string(), path: bin.join(format!("helm-{m}")) })
+        .map(|m| Helm {
+            major: m.to_string(),
+            path: bin.join(format!("helm-{m}")),
+        })
         .filter(|h| h.path.exists())
         .collect()
 }
