@@ -139,7 +139,7 @@ fn helm_create_chart_lifecycle() {
             .find(|l| l.starts_with("rel"))
             .map(|l| l.split('\t').map(str::trim).collect())
             .unwrap_or_default();
-        if row.get(2) != Some(&"3") || !row.iter().any(|c| *c == "deployed") {
+        if row.get(2) != Some(&"3") || !row.contains(&"deployed") {
             bail!("list: {list}");
         }
         let secrets = f.kubectl_ok(
