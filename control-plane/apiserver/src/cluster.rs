@@ -18,6 +18,9 @@ use crate::registry::{Registry, WriteOptions};
 use crate::resources::Catalog;
 use crate::server::{self, ApiServer, ServeError, Settings};
 
+/// How long shutdown waits for the listener and controllers to stop by themselves.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
 /// Namespaces every cluster has.
 pub const SYSTEM_NAMESPACES: [&str; 4] =
     ["default", "kube-system", "kube-public", "kube-node-lease"];
@@ -193,10 +196,17 @@ impl Cluster {
     }
 
     /// Stops accepting, ends watches, waits for the tasks.
+    /// Tasks that have not finished within [`SHUTDOWN_GRACE`] are aborted: every write they
+    /// acknowledged is already durable, and controllers resume from the store on restart.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
-        for t in self.tasks {
-            let _ = t.await;
+        let aborts: Vec<_> = self.tasks.iter().map(|t| t.abort_handle()).collect();
+        let all = futures::future::join_all(self.tasks);
+        if tokio::time::timeout(SHUTDOWN_GRACE, all).await.is_err() {
+            tracing::warn!("some tasks did not stop within {SHUTDOWN_GRACE:?}; aborting them");
+            for a in aborts {
+                a.abort();
+            }
         }
     }
 }

@@ -13,6 +13,32 @@ use crate::{builtin, extensions};
 #[derive(Clone, Debug)]
 pub struct Definitions {
     schemas: BTreeMap<String, Value>,
+    /// Patch metadata already read, by (definition, field): strategic merge patch and
+    /// managedFields bookkeeping ask for the same few hundred fields on every write.
+    pub(crate) field_cache: FieldCache,
+}
+
+/// A memo of `patch_field` answers; cloning a `Definitions` starts an empty one.
+#[derive(Default)]
+pub(crate) struct FieldCache(
+    pub(crate)  std::sync::RwLock<
+        std::collections::HashMap<
+            (String, String),
+            Option<fabrik_machinery::patch::FieldPatchInfo>,
+        >,
+    >,
+);
+
+impl Clone for FieldCache {
+    fn clone(&self) -> Self {
+        FieldCache::default()
+    }
+}
+
+impl std::fmt::Debug for FieldCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("FieldCache")
+    }
 }
 
 impl Definitions {
@@ -22,13 +48,19 @@ impl Definitions {
         BUILTIN.get_or_init(|| {
             let mut schemas = builtin::generate();
             extensions::merge_into(&mut schemas);
-            Definitions { schemas }
+            Definitions {
+                schemas,
+                field_cache: FieldCache::default(),
+            }
         })
     }
 
     /// Definitions from an explicit map (schemas using `#/components/schemas/` references).
     pub fn from_map(schemas: BTreeMap<String, Value>) -> Definitions {
-        Definitions { schemas }
+        Definitions {
+            schemas,
+            field_cache: FieldCache::default(),
+        }
     }
 
     /// The schema of definition `name`.

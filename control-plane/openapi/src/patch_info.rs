@@ -11,8 +11,21 @@ use crate::refs::schema_target;
 impl Definitions {
     /// Patch metadata of `field` in `definition`; `None` when either is unknown.
     pub fn patch_field(&self, definition: &str, field: &str) -> Option<FieldPatchInfo> {
-        let prop = self.get(definition)?.get("properties")?.get(field)?;
-        Some(self.field_info(prop))
+        let key = (definition.to_string(), field.to_string());
+        if let Ok(cache) = self.field_cache.0.read() {
+            if let Some(hit) = cache.get(&key) {
+                return hit.clone();
+            }
+        }
+        let info = self
+            .get(definition)
+            .and_then(|d| d.get("properties"))
+            .and_then(|p| p.get(field))
+            .map(|prop| self.field_info(prop));
+        if let Ok(mut cache) = self.field_cache.0.write() {
+            cache.insert(key, info.clone());
+        }
+        info
     }
 
     /// Builds the patch metadata from a property schema.

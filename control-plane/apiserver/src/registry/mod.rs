@@ -1082,3 +1082,9 @@ impl Registry {
 
 #[cfg(test)]
 mod tests;
+
+/// For the cost example only: the managedFields bookkeeping of one create.
+#[doc(hidden)]
+pub fn track_for_bench(def: &ResourceDef, obj: &Value) -> Value {
+    apply::track(def, None, obj, "bench", None)
+}
