@@ -1,6 +1,8 @@
 //! Shared types of Fabrik: the label and annotation keys every component agrees on.
 //!
-//! The host-side CRDs (`tenants.fabrik.dev` and friends) land here with the tenants work.
+//! The host-side CRDs: [`tenant::Tenant`] (`tenants.fabrik.dev`).
+
+pub mod tenant;
 
 /// The label and annotation prefix reserved for Fabrik itself; tenants may not set keys under it.
 pub const RESERVED_PREFIX: &str = "fabrik.dev/";
@@ -53,3 +55,52 @@ pub const LABEL_GPU_NVLINK_ISLANDS: &str = "fabrik.dev/gpu-nvlink-islands";
 
 /// DRA driver name under which the node agent publishes its ResourceSlices.
 pub const DRA_DRIVER: &str = "gpu.fabrik.dev";
+
+/// Pod annotation naming the GPU devices the scheduler chose, as DRA device names of the node's
+/// ResourceSlice (`gpu-3`, `gpu-1-mig-4`, `gpu-2-shared-0`), comma-separated.
+pub const ANNOTATION_GPU_IDS: &str = "fabrik.dev/gpu-ids";
+
+/// Pod label or annotation declaring a gang: pods with the same value in one namespace are
+/// placed all together or not at all.
+pub const GANG: &str = "fabrik.dev/gang";
+
+/// Pod label or annotation: how many pods the gang has (placement waits for all of them).
+pub const GANG_SIZE: &str = "fabrik.dev/gang-size";
+
+/// Pod annotation read by the simulated kubelet: seconds the simulated containers take to stop
+/// after SIGTERM (default 0; a value above the grace period means they are killed at its end).
+pub const ANNOTATION_SIM_STOP_SECONDS: &str = "fabrik.dev/sim-stop-seconds";
+
+/// Pod annotation read by the simulated kubelet: seconds after which the simulated containers
+/// exit 0 (absent: they run until the pod is deleted).
+pub const ANNOTATION_SIM_RUN_SECONDS: &str = "fabrik.dev/sim-run-seconds";
+
+/// Scheduler name of the GPU-aware scheduler of `fabrik up` (it also takes `default-scheduler`).
+pub const SCHEDULER_NAME: &str = "fabrik-scheduler";
+
+/// Label on every host object the syncer creates: the tenant it belongs to.
+pub const LABEL_TENANT: &str = "fabrik.dev/tenant";
+
+/// Label on every host object the syncer creates: the object's namespace inside the tenant.
+pub const LABEL_NAMESPACE: &str = "fabrik.dev/namespace";
+
+/// Annotation on host objects: the object's name inside the tenant.
+pub const ANNOTATION_VIRTUAL_NAME: &str = "fabrik.dev/virtual-name";
+
+/// Annotation on host objects: the object's namespace inside the tenant.
+pub const ANNOTATION_VIRTUAL_NAMESPACE: &str = "fabrik.dev/virtual-namespace";
+
+/// Annotation on host objects: the object's UID inside the tenant.
+pub const ANNOTATION_VIRTUAL_UID: &str = "fabrik.dev/virtual-uid";
+
+/// Annotation on host pods: the pod's service account inside the tenant (for the downward API).
+pub const ANNOTATION_VIRTUAL_SERVICE_ACCOUNT: &str = "fabrik.dev/virtual-service-account";
+
+/// Label the syncer puts on the Nodes it shows inside a tenant (copies of host nodes).
+pub const LABEL_SYNCED_NODE: &str = "fabrik.dev/synced-node";
+
+/// Prefix of the host namespace of a tenant: `fabrik-<tenant>`.
+pub const HOST_NAMESPACE_PREFIX: &str = "fabrik-";
+
+/// The extended resource tenants request GPUs with (and the one whole GPUs are on the host).
+pub const RESOURCE_GPU: &str = "nvidia.com/gpu";

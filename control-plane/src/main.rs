@@ -3,6 +3,7 @@
 //! `fabrik up --data-dir DIR --listen ADDR` runs a whole Fabrik on one machine; its command line
 //! and the files it writes (`DIR/host.kubeconfig`) are a contract other tools depend on.
 
+mod tenants;
 mod up;
 
 use anyhow::Result;
@@ -21,8 +22,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run Fabrik on this machine: the embedded host cluster, served over HTTPS.
+    /// Run Fabrik on this machine: the embedded host cluster, the control plane and its
+    /// tenants, served over HTTPS.
     Up(up::UpArgs),
+    /// Create, list, inspect and delete tenants.
+    Tenant(tenants::cli::TenantArgs),
 }
 
 fn main() -> Result<()> {
@@ -39,5 +43,9 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Up(args) => runtime.block_on(up::run(args)),
+        Command::Tenant(args) => {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            runtime.block_on(tenants::cli::run(args))
+        }
     }
 }

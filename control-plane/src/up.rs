@@ -1,5 +1,6 @@
 //! `fabrik up`: open the data directory, serve the host cluster, write the admin kubeconfig
-//! once ready, stop cleanly on SIGINT / SIGTERM.
+//! once ready, start the simulated GPU nodes and their scheduler (`--nodes`, registering after
+//! the kubeconfig is written), stop cleanly on SIGINT / SIGTERM.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -7,8 +8,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
-use clap::Args;
-use fabrik_apiserver::{Cluster, ClusterConfig, Settings};
+use clap::{Args, ValueEnum};
+use fabrik_api::tenant::{Tenant, TenantQuota, TenantSpec};
+use fabrik_apiserver::client::{controller_identity, in_process_client};
+use fabrik_apiserver::pki::Ca;
+use fabrik_apiserver::router::Router;
+use fabrik_apiserver::{Cluster, Settings};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::CustomResourceExt;
+
+use crate::tenants;
 use fabrik_store::{SledBackend, SledConfig, Store};
 
 /// Arguments of `fabrik up`.
@@ -29,9 +38,41 @@ pub struct UpArgs {
     /// sled page-cache size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = fabrik_store::DEFAULT_CACHE_BYTES / (1024 * 1024))]
     cache_mib: u64,
+    /// Simulated GPU nodes to run (kubelet stand-in + node agent each); 0 runs none and no
+    /// scheduler.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    nodes: u32,
+    /// GPUs per simulated node (1..=64).
+    #[arg(long, value_name = "G", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=64))]
+    gpus_per_node: u32,
+    /// GPU model of the simulated nodes.
+    #[arg(long, value_enum, default_value_t = GpuModel::H200)]
+    gpu_model: GpuModel,
 }
 
-fn default_data_dir() -> PathBuf {
+/// GPU models of simulated nodes.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum GpuModel {
+    /// H200 141 GB.
+    H200,
+    /// H100 80 GB.
+    H100,
+    /// A100 80 GB.
+    A100,
+}
+
+impl From<GpuModel> for node_agent::sim::Model {
+    fn from(m: GpuModel) -> Self {
+        match m {
+            GpuModel::H200 => node_agent::sim::Model::H200,
+            GpuModel::H100 => node_agent::sim::Model::H100,
+            GpuModel::A100 => node_agent::sim::Model::A100,
+        }
+    }
+}
+
+/// The data directory when `--data-dir` is not given.
+pub fn default_data_dir() -> PathBuf {
     dirs::data_dir()
         .unwrap_or_else(|| PathBuf::from("."))
         .join("fabrik")
@@ -45,6 +86,11 @@ fn write_atomically(path: &Path, contents: &str) -> Result<()> {
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(args: UpArgs) -> Result<()> {
     let started = Instant::now();
+    let args_nodes = NodeArgs {
+        nodes: args.nodes,
+        gpus_per_node: args.gpus_per_node,
+        gpu_model: args.gpu_model,
+    };
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
@@ -65,24 +111,61 @@ pub async fn run(args: UpArgs) -> Result<()> {
             .keyspace("host")
             .context("cannot open the host keyspace")?,
     );
-    let cluster = Cluster::start(
-        host,
-        ClusterConfig {
-            listen: args.listen,
-            pki_dir: dir.join("pki"),
-            settings: Settings {
-                bookmark_interval: Duration::from_secs(args.watch_bookmark_interval.max(1)),
-                ..Settings::default()
-            },
-        },
-    )
-    .await
-    .with_context(|| format!("cannot start the host cluster on {}", args.listen))?;
+    let bound = fabrik_apiserver::bind(args.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {} (is another fabrik up running?)",
+            args.listen
+        )
+    })?;
+    let settings = Settings {
+        bookmark_interval: Duration::from_secs(args.watch_bookmark_interval.max(1)),
+        server_address: bound.addr.to_string(),
+        ..Settings::default()
+    };
+    let host_ca =
+        Ca::load_or_create(&dir.join("pki"), "fabrik-ca").context("cannot load the cluster CA")?;
+    let host_ca_pem = host_ca.cert_pem().to_string();
+    let cluster = Cluster::start(host, host_ca, settings.clone())
+        .await
+        .context("cannot start the host cluster")?;
+    let router = Router::new(cluster.server.clone(), &host_ca_pem)
+        .context("cannot route the host cluster")?;
+    let url = bound.url();
+    let listener = bound
+        .serve(router.clone(), &cluster.ca)
+        .context("cannot serve HTTPS")?;
+
+    // The control plane's host side: the Tenant CRD, the tenant manager, a first tenant.
+    let host_client = in_process_client(
+        cluster.server.clone(),
+        controller_identity("tenant-manager"),
+    );
+    install_tenant_crd(&host_client).await?;
+    let runtime = tenants::manager::Runtime::new(
+        router,
+        backend.clone(),
+        settings,
+        url.clone(),
+        host_ca_pem,
+        Some(dir.clone()),
+        host_client.clone(),
+    );
+    let manager = tokio::spawn(tenants::manager::run(
+        host_client.clone(),
+        runtime,
+        cluster.server.shutdown_signal(),
+    ));
+    let marker = dir.join(".demo-tenant-created");
+    if !marker.exists() {
+        create_demo_tenant(&host_client).await?;
+        std::fs::write(&marker, b"")
+            .with_context(|| format!("cannot write {}", marker.display()))?;
+    }
+
     let kubeconfig = dir.join("host.kubeconfig");
-    write_atomically(&kubeconfig, &cluster.admin_kubeconfig("fabrik-host")?)?;
+    write_atomically(&kubeconfig, &cluster.admin_kubeconfig("fabrik-host", &url)?)?;
     eprintln!(
-        "fabrik: host cluster ready at {} in {} ms; kubeconfig: {}",
-        cluster.url(),
+        "fabrik: host cluster ready at {url} in {} ms; kubeconfig: {}",
         started.elapsed().as_millis(),
         kubeconfig.display()
     );
@@ -90,12 +173,68 @@ pub async fn run(args: UpArgs) -> Result<()> {
         "fabrik: try `KUBECONFIG={} kubectl get namespaces`",
         kubeconfig.display()
     );
+    eprintln!(
+        "fabrik: tenants: `fabrik tenant list --data-dir {}`; their kubeconfigs are written to {}",
+        dir.display(),
+        dir.join("tenants").display()
+    );
+    // Simulated GPU nodes register after the kubeconfig is written; they stop with the server.
+    let nodes = start_nodes(
+        &args_nodes,
+        &cluster,
+        &dir,
+        cluster.server.shutdown_signal(),
+    )?;
     wait_for_signal().await?;
     eprintln!("fabrik: shutting down");
+    listener.shutdown().await;
     cluster.shutdown().await;
+    if let Some(nodes) = nodes {
+        let _ = tokio::time::timeout(Duration::from_secs(5), nodes.wait()).await;
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(6), manager).await;
     drop(backend);
     eprintln!("fabrik: stopped");
     Ok(())
+}
+
+/// The simulated-node flags.
+struct NodeArgs {
+    nodes: u32,
+    gpus_per_node: u32,
+    gpu_model: GpuModel,
+}
+
+/// Starts the simulated GPU nodes and the scheduler over the in-process client (none with
+/// `--nodes 0`). Their GPU-second counters (`SimNodes::meter`, Prometheus text from
+/// `meter.render()`) and container logs (`SimNodes::logs`) are what a `/metrics` route and
+/// `pods/log` can serve once the server mounts them.
+fn start_nodes(
+    args: &NodeArgs,
+    cluster: &Cluster,
+    dir: &Path,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<Option<node_agent::sim::SimNodes>> {
+    if args.nodes == 0 {
+        return Ok(None);
+    }
+    let client = fabrik_apiserver::client::in_process_client(
+        cluster.server.clone(),
+        fabrik_apiserver::client::controller_identity("node-sim"),
+    );
+    let config = node_agent::sim::Config::new(
+        args.nodes,
+        args.gpus_per_node,
+        args.gpu_model.into(),
+        dir.join("nodes"),
+    );
+    let nodes = node_agent::sim::start(client, config, shutdown)
+        .context("cannot start the simulated GPU nodes")?;
+    eprintln!(
+        "fabrik: {} simulated GPU nodes ({} × {:?} each) and the GPU scheduler started",
+        args.nodes, args.gpus_per_node, args.gpu_model
+    );
+    Ok(Some(nodes))
 }
 
 async fn wait_for_signal() -> Result<()> {
@@ -106,4 +245,48 @@ async fn wait_for_signal() -> Result<()> {
         _ = term.recv() => {},
     }
     Ok(())
+}
+
+/// Installs (or updates) the `tenants.fabrik.dev` CRD on the host and waits until it is served.
+async fn install_tenant_crd(host: &kube::Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
+    crds.patch(
+        "tenants.fabrik.dev",
+        &PatchParams::apply("fabrik").force(),
+        &Patch::Apply(&Tenant::crd()),
+    )
+    .await
+    .context("cannot install the Tenant CRD")?;
+    let tenants: Api<Tenant> = Api::all(host.clone());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while tenants.list(&Default::default()).await.is_err() {
+        if Instant::now() > deadline {
+            anyhow::bail!("the Tenant CRD was not served within 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// The first tenant of a new `fabrik up`: `demo`, with 8 GPUs.
+async fn create_demo_tenant(host: &kube::Client) -> Result<()> {
+    let tenants: Api<Tenant> = Api::all(host.clone());
+    let spec = TenantSpec {
+        quota: Some(TenantQuota {
+            gpus: Some(8),
+            gpu_sharing: Some("whole".into()),
+            pods: Some(100),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    match tenants
+        .create(&PostParams::default(), &Tenant::new("demo", spec))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(e) => Err(e).context("cannot create the demo tenant"),
+    }
 }

@@ -16,6 +16,7 @@ use crate::health::{self, Transition};
 use crate::host::events::{Kind, Recorder};
 use crate::host::{self, node, pods, slices};
 use crate::inventory;
+use crate::metering::{self, Meter};
 use crate::partition::{self, Busy};
 use crate::remediation::{self, Action, NodeFacts};
 use crate::state::{self, AgentState, Phase};
@@ -60,6 +61,8 @@ pub struct Agent {
     state: AgentState,
     /// Pods whose eviction a PDB refused, already reported.
     blocked: BTreeSet<String>,
+    /// GPU-second counters, when this agent meters (the standalone binary).
+    meter: Option<Meter>,
 }
 
 impl Agent {
@@ -72,7 +75,14 @@ impl Agent {
             backend,
             state,
             blocked: BTreeSet::new(),
+            meter: None,
         })
+    }
+
+    /// Meters the GPU time of the node's pods into `meter` on every pass.
+    pub fn with_meter(mut self, meter: Meter) -> Agent {
+        self.meter = Some(meter);
+        self
     }
 
     /// Runs passes until `shutdown` completes.
@@ -146,7 +156,14 @@ impl Agent {
         // Who uses which GPU.
         let gpus = self.backend.inventory()?;
         let uuids = inventory::uuids_by_gpu(&gpus);
-        let on_node = pods::on_node(&self.client, &name, &uuids).await?;
+        let node_pods = pods::list(&self.client, &name).await?;
+        let on_node = pods::refs(&node_pods, &name, &uuids);
+        if let Some(meter) = &self.meter {
+            let utilization = self.backend.utilization();
+            let model = gpus.first().map(|g| g.model.name).unwrap_or("");
+            let usage = metering::node_usages(&node_pods, &uuids, &utilization, model);
+            meter.observe(&name, usage);
+        }
         let mut busy = Busy::new();
         for p in &on_node {
             for g in &p.gpus {

@@ -17,17 +17,27 @@
 //! [`host`] and [`agent`] only carry them out. MIG profile tables are in [`profiles`]; the
 //! per-container limits of shared slices in [`sharing`].
 //!
-//! Not here yet: GPU-second metering, tenant networks, the kubelet stand-in and scheduler for
-//! `fabrik up`, the GPU check script (see `docs/node-agent.md`).
+//! For `fabrik up` (a library entry point, no GPUs needed): [`sim::start`] runs simulated GPU
+//! nodes — the agent over the simulated backend plus a kubelet stand-in ([`kubelet`]) per node —
+//! and the GPU-aware [`scheduler`] for the embedded host, over a `kube::Client` and until a
+//! shutdown future completes. [`metering`] counts GPU-seconds per pod for `/metrics`.
+//!
+//! Not here yet: tenant networks; serving `pods/log` and `exec` for simulated pods (see
+//! `docs/node-agent.md`).
 
 pub mod agent;
 pub mod backend;
 pub mod health;
 pub mod host;
 pub mod inventory;
+pub mod kubelet;
 pub mod layout;
+pub mod metering;
 pub mod partition;
 pub mod profiles;
+pub mod quantity;
 pub mod remediation;
+pub mod scheduler;
 pub mod sharing;
+pub mod sim;
 pub mod state;

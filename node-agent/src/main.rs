@@ -8,6 +8,7 @@ use clap::{Parser, ValueEnum};
 
 use node_agent::agent::{Agent, Config};
 use node_agent::backend::{nvml::Nvml, simulated::Simulated, GpuBackend};
+use node_agent::metering::{self, Meter};
 
 /// Which GPU backend to use.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -40,6 +41,9 @@ struct Args {
     /// Milliseconds between passes.
     #[arg(long, default_value_t = 2000)]
     interval_ms: u64,
+    /// Serve GPU-second metrics (Prometheus text) at `http://ADDR/metrics`.
+    #[arg(long, value_name = "ADDR")]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
@@ -78,7 +82,7 @@ async fn main() -> Result<()> {
     // forbids it now", which the agent reports and retries on its next pass itself.
     config.default_retry = false;
     let client = kube::Client::try_from(config)?;
-    let agent = Agent::new(
+    let mut agent = Agent::new(
         client,
         Config {
             node_name: args.node_name.clone(),
@@ -87,6 +91,15 @@ async fn main() -> Result<()> {
         },
         backend,
     )?;
+    if let Some(addr) = args.metrics_addr {
+        let listener = metering::http::bind(addr).await?;
+        tracing::info!(%addr, "serving /metrics");
+        let meter = Meter::default();
+        agent = agent.with_meter(meter.clone());
+        tokio::spawn(metering::http::serve(listener, meter, async {
+            let _ = tokio::signal::ctrl_c().await;
+        }));
+    }
     agent
         .run(async {
             let _ = tokio::signal::ctrl_c().await;

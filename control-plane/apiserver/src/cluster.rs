@@ -2,7 +2,6 @@
 //! HTTPS listener, started and stopped as a unit.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +15,7 @@ use crate::error::ApiError;
 use crate::pki::{Ca, PkiError};
 use crate::registry::{Registry, WriteOptions};
 use crate::resources::Catalog;
+use crate::router::Router;
 use crate::server::{self, ApiServer, ServeError, Settings};
 
 /// How long shutdown waits for the listener and controllers to stop by themselves.
@@ -43,27 +43,18 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
+    /// Routing tenants.
+    #[error(transparent)]
+    Router(#[from] crate::router::RouterError),
     /// Creating the bootstrap objects.
     #[error("failed to create bootstrap objects: {0}")]
     Bootstrap(#[from] ApiError),
 }
 
-/// How to start a cluster.
-#[derive(Clone, Debug)]
-pub struct ClusterConfig {
-    /// Where to listen (`127.0.0.1:0` picks a free port).
-    pub listen: SocketAddr,
-    /// Where the CA lives.
-    pub pki_dir: PathBuf,
-    /// API tunables.
-    pub settings: Settings,
-}
-
-/// A started cluster.
+/// A started cluster: its API server, CA and in-process controllers (served by a
+/// [`Listener`] through a [`Router`]).
 pub struct Cluster {
-    /// The bound address.
-    pub addr: SocketAddr,
-    /// The CA.
+    /// The cluster's CA (client certificates it issues are this cluster's identities).
     pub ca: Ca,
     /// The API server.
     pub server: Arc<ApiServer>,
@@ -90,10 +81,11 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
 }
 
 impl Cluster {
-    /// Starts serving `store`.
+    /// Starts a cluster over `store`: bootstrap objects, CRDs, controllers.
     pub async fn start(
         store: Arc<dyn Store>,
-        config: ClusterConfig,
+        ca: Ca,
+        settings: Settings,
     ) -> Result<Cluster, StartError> {
         let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
         bootstrap(&registry).await?;
@@ -101,40 +93,9 @@ impl Cluster {
         // from the first request after a restart.
         let mut crds = crate::controllers::crd::CrdController::default();
         crds.reconcile_all(&registry).await?;
-        let ca = Ca::load_or_create(&config.pki_dir, "fabrik-ca")?;
-        let listener =
-            TcpListener::bind(config.listen)
-                .await
-                .map_err(|source| StartError::Bind {
-                    addr: config.listen,
-                    source,
-                })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Bind {
-            addr: config.listen,
-            source,
-        })?;
-        let mut hosts = vec![
-            "localhost".to_string(),
-            "127.0.0.1".to_string(),
-            "::1".to_string(),
-        ];
-        if !addr.ip().is_unspecified() {
-            hosts.push(addr.ip().to_string());
-        }
-        let serving = ca.issue_server(&hosts)?;
-        let tls = server::tls_config(&serving, ca.cert_pem())?;
         let (stop, stop_rx) = watch::channel(false);
-        let mut settings = config.settings;
-        settings.server_address = addr.to_string();
-        let server = ApiServer::new(registry.clone(), settings, stop_rx.clone());
+        let server = ApiServer::new(registry.clone(), settings, stop_rx);
         let mut tasks = Vec::new();
-        let srv = server.clone();
-        tasks.push(tokio::spawn(async move {
-            if let Err(e) = server::serve(listener, srv, tls, stop_rx, Duration::from_secs(5)).await
-            {
-                tracing::error!(error = %e, "listener stopped");
-            }
-        }));
         // Build the OpenAPI documents in the background: the first kubectl that asks for them
         // then gets them from the cache instead of waiting for their generation.
         let warm = server.clone();
@@ -143,10 +104,9 @@ impl Cluster {
             let _ = warm.openapi.v3_index(catalog);
             let _ = warm.openapi.v2_protobuf(catalog);
         });
-        let shutdown = server.shutdown_signal();
         tasks.push(tokio::spawn(crate::controllers::namespace::run(
             registry.clone(),
-            shutdown,
+            server.shutdown_signal(),
         )));
         tasks.push(tokio::spawn(crds.run(registry, server.shutdown_signal())));
         // The workload controllers and the garbage collector, over the in-process client.
@@ -154,12 +114,12 @@ impl Cluster {
             server.clone(),
             crate::client::controller_identity("controller-manager"),
         );
-        tasks.push(tokio::spawn(fabrik_controllers::run(
+        tasks.push(tokio::spawn(fabrik_controllers::run_with(
             client,
+            fabrik_controllers::Config::for_server_address(&server.settings.server_address),
             server.shutdown_signal(),
         )));
         Ok(Cluster {
-            addr,
             ca,
             server,
             stop,
@@ -167,29 +127,14 @@ impl Cluster {
         })
     }
 
-    /// `https://127.0.0.1:PORT` (or the bound address).
-    pub fn url(&self) -> String {
-        let host = if self.addr.ip().is_unspecified() {
-            "127.0.0.1".to_string()
-        } else {
-            self.addr.ip().to_string()
-        };
-        match self.addr {
-            SocketAddr::V6(_) if !self.addr.ip().is_unspecified() => {
-                format!("https://[{host}]:{}", self.addr.port())
-            }
-            _ => format!("https://{host}:{}", self.addr.port()),
-        }
-    }
-
-    /// An admin kubeconfig (client certificate in `system:masters`).
-    pub fn admin_kubeconfig(&self, name: &str) -> Result<String, PkiError> {
+    /// An admin kubeconfig (client certificate in `system:masters`) for `server_url`.
+    pub fn admin_kubeconfig(&self, name: &str, server_url: &str) -> Result<String, PkiError> {
         let client = self
             .ca
             .issue_client("fabrik-admin", Some("system:masters"))?;
         Ok(crate::kubeconfig::render(
             name,
-            &self.url(),
+            server_url,
             self.ca.cert_pem(),
             &client,
         ))
@@ -208,5 +153,94 @@ impl Cluster {
                 a.abort();
             }
         }
+    }
+}
+
+/// A bound but not yet serving listener: its address is known before the clusters start.
+pub struct Bound {
+    listener: TcpListener,
+    /// The bound address.
+    pub addr: SocketAddr,
+}
+
+/// Binds `listen` (port 0 picks a free port).
+pub async fn bind(listen: SocketAddr) -> Result<Bound, StartError> {
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| StartError::Bind {
+            addr: listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| StartError::Bind {
+        addr: listen,
+        source,
+    })?;
+    Ok(Bound { listener, addr })
+}
+
+/// `https://HOST:PORT` for an address (loopback when bound to all interfaces).
+pub fn url_of(addr: SocketAddr) -> String {
+    match addr {
+        SocketAddr::V6(a) if !a.ip().is_unspecified() => {
+            format!("https://[{}]:{}", a.ip(), a.port())
+        }
+        SocketAddr::V6(a) => format!("https://127.0.0.1:{}", a.port()),
+        SocketAddr::V4(a) if a.ip().is_unspecified() => format!("https://127.0.0.1:{}", a.port()),
+        SocketAddr::V4(a) => format!("https://{}:{}", a.ip(), a.port()),
+    }
+}
+
+/// The HTTPS listener serving a [`Router`].
+pub struct Listener {
+    /// The bound address.
+    pub addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Bound {
+    /// `https://127.0.0.1:PORT` (or the bound address).
+    pub fn url(&self) -> String {
+        url_of(self.addr)
+    }
+
+    /// Serves `router` with a serving certificate from `ca` for the listener's names.
+    pub fn serve(self, router: Arc<Router>, ca: &Ca) -> Result<Listener, StartError> {
+        let mut hosts = vec![
+            "localhost".to_string(),
+            "127.0.0.1".to_string(),
+            "::1".to_string(),
+        ];
+        if !self.addr.ip().is_unspecified() {
+            hosts.push(self.addr.ip().to_string());
+        }
+        let serving = ca.issue_server(&hosts)?;
+        let tls = server::tls_config(&serving, router.client_verifier())?;
+        let (stop, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(async move {
+            if let Err(e) =
+                server::serve(self.listener, router, tls, stop_rx, Duration::from_secs(5)).await
+            {
+                tracing::error!(error = %e, "listener stopped");
+            }
+        });
+        Ok(Listener {
+            addr: self.addr,
+            stop,
+            task,
+        })
+    }
+}
+
+impl Listener {
+    /// `https://127.0.0.1:PORT` (or the bound address).
+    pub fn url(&self) -> String {
+        url_of(self.addr)
+    }
+
+    /// Stops accepting and waits (bounded) for open connections.
+    pub async fn shutdown(self) {
+        let _ = self.stop.send(true);
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), self.task).await;
     }
 }

@@ -11,6 +11,7 @@
 //! What it does not do (yet): server-side apply, CRDs, RBAC and admission plugins, the pod
 //! streaming subresources; those arrive with their issues.
 
+pub mod admission;
 pub mod client;
 pub mod cluster;
 pub mod controllers;
@@ -27,10 +28,11 @@ pub mod pki;
 pub mod registry;
 pub mod request_info;
 pub mod resources;
+pub mod router;
 pub mod server;
 pub mod strategy;
 pub mod table;
 
-pub use cluster::{Cluster, ClusterConfig, StartError};
+pub use cluster::{bind, url_of, Bound, Cluster, Listener, StartError};
 pub use error::{ApiError, GroupResource};
 pub use server::Settings;

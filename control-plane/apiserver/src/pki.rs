@@ -107,6 +107,47 @@ impl Ca {
         &self.pair.cert_pem
     }
 
+    /// The CA's certificate and key (to keep it somewhere else than files, e.g. a Secret).
+    pub fn pair(&self) -> &CertPair {
+        &self.pair
+    }
+
+    /// A new CA named `common_name` (make it unique: clusters tell CAs apart by subject).
+    pub fn generate(common_name: &str) -> Result<Ca, PkiError> {
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, common_name);
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let kp = KeyPair::generate()?;
+        let cert = params.self_signed(&kp)?;
+        let pair = CertPair {
+            cert_pem: cert.pem(),
+            key_pem: kp.serialize_pem(),
+        };
+        let issuer = Issuer::new(params, kp);
+        Ok(Ca { pair, issuer })
+    }
+
+    /// A CA from its PEM certificate and key.
+    pub fn from_pem(cert_pem: &str, key_pem: &str) -> Result<Ca, PkiError> {
+        let kp = KeyPair::from_pem(key_pem)?;
+        let issuer = Issuer::from_ca_cert_pem(cert_pem, kp)?;
+        Ok(Ca {
+            pair: CertPair {
+                cert_pem: cert_pem.to_string(),
+                key_pem: key_pem.to_string(),
+            },
+            issuer,
+        })
+    }
+
     /// A serving certificate for `hosts` (DNS names or IP addresses).
     pub fn issue_server(&self, hosts: &[String]) -> Result<CertPair, PkiError> {
         let mut params = CertificateParams::new(Vec::<String>::new())?;
@@ -157,11 +198,22 @@ impl Ca {
     }
 }
 
-/// Reads the user (CN) and groups (O) of a DER client certificate.
-pub fn identity(der: &[u8]) -> Option<(String, Vec<String>)> {
+/// Who a client certificate names, and which CA issued it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Identity {
+    /// The user (subject CN).
+    pub user: String,
+    /// The groups (subject O).
+    pub groups: Vec<String>,
+    /// The issuer's distinguished name, DER.
+    pub issuer: Vec<u8>,
+}
+
+/// Reads the identity of a DER client certificate.
+pub fn identity(der: &[u8]) -> Option<Identity> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
     let subject = cert.subject();
-    let cn = subject
+    let user = subject
         .iter_common_name()
         .next()?
         .as_str()
@@ -171,7 +223,17 @@ pub fn identity(der: &[u8]) -> Option<(String, Vec<String>)> {
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
         .collect();
-    Some((cn, groups))
+    Some(Identity {
+        user,
+        groups,
+        issuer: cert.issuer().as_raw().to_vec(),
+    })
+}
+
+/// The subject distinguished name (DER) of a certificate.
+pub fn subject(der: &[u8]) -> Option<Vec<u8>> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    Some(cert.subject().as_raw().to_vec())
 }
 
 #[cfg(test)]
@@ -191,8 +253,13 @@ mod tests {
             .next()
             .expect("one cert")
             .expect("parses");
-        let (user, groups) = identity(&der).expect("identity");
-        assert_eq!(user, "alice");
-        assert_eq!(groups, vec!["system:masters"]);
+        let id = identity(&der).expect("identity");
+        assert_eq!(id.user, "alice");
+        assert_eq!(id.groups, vec!["system:masters"]);
+        let ca_der = rustls_pemfile::certs(&mut ca.cert_pem().as_bytes())
+            .next()
+            .expect("ca")
+            .expect("parses");
+        assert_eq!(Some(id.issuer), subject(&ca_der));
     }
 }

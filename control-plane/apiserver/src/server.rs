@@ -11,17 +11,16 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use rustls::server::WebPkiClientVerifier;
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
-use crate::handler::UserInfo;
 use crate::metrics::Metrics;
 use crate::openapi::OpenApi;
-use crate::pki::{self, CertPair};
+use crate::pki::CertPair;
 use crate::registry::Registry;
+use crate::router::Router;
 
 /// The Kubernetes version this server reports (the API level it follows).
 pub const KUBE_MINOR: &str = "35";
@@ -109,8 +108,8 @@ impl ApiServer {
         &self.registry
     }
 
-    /// Resolves when shutdown begins.
-    pub(crate) fn shutdown_signal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+    /// Resolves when this server's shutdown begins (for tasks that live as long as it).
+    pub fn shutdown_signal(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
         let mut rx = self.shutdown.clone();
         async move {
             let _ = rx.wait_for(|stop| *stop).await;
@@ -122,7 +121,7 @@ impl ApiServer {
 /// are verified and become identities, requests without one are anonymous.
 pub fn tls_config(
     serving: &CertPair,
-    ca_pem: &str,
+    clients: Arc<dyn rustls::server::danger::ClientCertVerifier>,
 ) -> Result<Arc<rustls::ServerConfig>, ServeError> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
@@ -132,16 +131,9 @@ pub fn tls_config(
     let key: PrivateKeyDer<'static> = rustls_pemfile::private_key(&mut serving.key_pem.as_bytes())
         .map_err(|e| ServeError::Pem(e.to_string()))?
         .ok_or_else(|| ServeError::Pem("no private key".into()))?;
-    let mut roots = rustls::RootCertStore::empty();
-    for ca in rustls_pemfile::certs(&mut ca_pem.as_bytes()) {
-        roots.add(ca.map_err(|e| ServeError::Pem(e.to_string()))?)?;
-    }
-    let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
-        .with_client_cert_verifier(verifier)
+        .with_client_cert_verifier(clients)
         .with_single_cert(certs, key)?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
@@ -151,7 +143,7 @@ pub fn tls_config(
 /// `drain` for open connections.
 pub async fn serve(
     listener: TcpListener,
-    server: Arc<ApiServer>,
+    server: Arc<Router>,
     tls: Arc<rustls::ServerConfig>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
@@ -188,7 +180,7 @@ async fn serve_connection(
     acceptor: tokio_rustls::TlsAcceptor,
     tcp: tokio::net::TcpStream,
     peer: SocketAddr,
-    server: Arc<ApiServer>,
+    server: Arc<Router>,
 ) {
     let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
         Ok(Ok(tls)) => tls,
@@ -198,19 +190,18 @@ async fn serve_connection(
         }
         Err(_) => return,
     };
-    let user = tls
+    let cert = tls
         .get_ref()
         .1
         .peer_certificates()
         .and_then(|certs| certs.first())
-        .and_then(|der| pki::identity(der))
-        .map(|(name, groups)| UserInfo { name, groups });
+        .map(|c| c.clone().into_owned());
     let service = service_fn(move |req| {
         let server = server.clone();
-        let user = user.clone();
+        let cert = cert.clone();
         async move {
             let req = req.map(|body: hyper::body::Incoming| body.map_err(|e| e.into()).boxed());
-            Ok::<_, Infallible>(server.handle(req, user).await)
+            Ok::<_, Infallible>(server.handle(req, cert).await)
         }
     });
     let builder = auto::Builder::new(TokioExecutor::new());

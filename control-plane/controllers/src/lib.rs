@@ -9,6 +9,12 @@
 //!    ├── replicaset   ReplicaSet → Pods
 //!    ├── deployment   Deployment → ReplicaSets (rolling update, recreate, history)
 //!    ├── job          Job → Pods (completions, parallelism, backoff, indexed, TTL)
+//!    ├── statefulset  StatefulSet → Pods `<name>-<ordinal>`, PVCs, ControllerRevisions
+//!    ├── daemonset    DaemonSet × Nodes → one Pod per fitting Node, ControllerRevisions
+//!    ├── cronjob      CronJob → Jobs at scheduled times (woken at the next time, no polling)
+//!    ├── resourcequota    ResourceQuota ← what its namespace uses (`status.used`)
+//!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
+//!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_endpoint)
 //!    └── serviceaccount   a `default` ServiceAccount in every namespace
 //! ```
 //!
@@ -25,25 +31,89 @@
 
 #![forbid(unsafe_code)]
 
+pub mod cronjob;
+pub mod daemonset;
 pub mod deployment;
+pub mod endpoints;
 pub mod gc;
 pub mod job;
+pub mod kubernetes_service;
 pub mod replicaset;
+pub mod resourcequota;
+pub mod revision;
 pub mod serviceaccount;
 mod shared;
+pub mod statefulset;
 
 pub use shared::Shutdown;
 
 use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+
+/// What the controllers need to know about the server they run in.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Config {
+    /// The API server's address for the `kubernetes` Service's endpoints; without it that
+    /// Service is not managed.
+    pub api_endpoint: Option<(IpAddr, u16)>,
+}
+
+impl Config {
+    /// A config for a server listening on `addr` (an unspecified address becomes loopback).
+    pub fn for_listener(addr: SocketAddr) -> Config {
+        let ip = match addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ip => ip,
+        };
+        Config {
+            api_endpoint: Some((ip, addr.port())),
+        }
+    }
+}
+
+impl Config {
+    /// A config for a server reachable at `address` (`host:port` with an IP host, as in
+    /// discovery's `serverAddress`); anything else leaves the `kubernetes` Service unmanaged.
+    pub fn for_server_address(address: &str) -> Config {
+        address
+            .parse::<SocketAddr>()
+            .map(Config::for_listener)
+            .unwrap_or_default()
+    }
+}
+
+/// Runs every controller until `shutdown` resolves, without the `kubernetes` Service.
+pub async fn run(client: kube::Client, shutdown: impl Future<Output = ()> + Send + 'static) {
+    run_with(client, Config::default(), shutdown).await;
+}
 
 /// Runs every controller until `shutdown` resolves. Returns when all stopped.
-pub async fn run(client: kube::Client, shutdown: impl Future<Output = ()> + Send + 'static) {
+pub async fn run_with(
+    client: kube::Client,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
     let shutdown = shared::shutdown(shutdown);
+    let api_service = {
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move {
+            if let Some(endpoint) = config.api_endpoint {
+                kubernetes_service::run(client, endpoint, shutdown).await;
+            }
+        }
+    };
     futures::join!(
         gc::run(client.clone(), shutdown.clone()),
         replicaset::run(client.clone(), shutdown.clone()),
         deployment::run(client.clone(), shutdown.clone()),
         job::run(client.clone(), shutdown.clone()),
+        statefulset::run(client.clone(), shutdown.clone()),
+        daemonset::run(client.clone(), shutdown.clone()),
+        cronjob::run(client.clone(), shutdown.clone()),
+        resourcequota::run(client.clone(), shutdown.clone()),
+        endpoints::run(client.clone(), shutdown.clone()),
+        api_service,
         serviceaccount::run(client, shutdown),
     );
 }

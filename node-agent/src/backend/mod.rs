@@ -119,4 +119,9 @@ pub trait GpuBackend: Send {
 
     /// Health signals since the last call.
     fn poll_health(&mut self) -> Result<Vec<HealthEvent>>;
+
+    /// GPU utilization now (0..=1) per GPU index, for metering; GPUs it cannot read are absent.
+    fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
+        std::collections::BTreeMap::new()
+    }
 }

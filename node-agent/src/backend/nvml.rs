@@ -272,6 +272,16 @@ impl GpuBackend for Nvml {
         Ok(())
     }
 
+    fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
+        let count = self.nvml.device_count().unwrap_or(0);
+        (0..count)
+            .filter_map(|i| {
+                let rates = self.device(i).ok()?.utilization_rates().ok()?;
+                Some((i, f64::from(rates.gpu.min(100)) / 100.0))
+            })
+            .collect()
+    }
+
     fn poll_health(&mut self) -> super::Result<Vec<HealthEvent>> {
         let mut out = Vec::new();
         let count = self.nvml.device_count().map_err(call("device count"))?;

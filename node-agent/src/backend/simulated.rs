@@ -22,6 +22,7 @@
 //!   - { afterSeconds: 50, gpu: 1, thermal: 95 }
 //!   - { afterSeconds: 90, gpu: 3, recover: true }
 //! failMigOperationsAfter: 3                 # optional: the 4th MIG operation fails
+//! utilization: 0.6                          # optional: every GPU's utilization, for metering
 //! ```
 
 use std::collections::BTreeSet;
@@ -106,6 +107,9 @@ pub struct SimSpec {
     /// When set, MIG operations after this many succeed fail (to test partial application).
     #[serde(default)]
     pub fail_mig_operations_after: Option<u32>,
+    /// Utilization every GPU reports (0..=1; absent: 0), for metering.
+    #[serde(default)]
+    pub utilization: Option<f64>,
 }
 
 /// A group of identical GPUs.
@@ -237,6 +241,12 @@ pub fn parse(path: &Path, text: &str) -> Result<SimSpec> {
         }
         total = total.saturating_add(g.count);
     }
+    if spec
+        .utilization
+        .is_some_and(|u| !u.is_finite() || !(0.0..=1.0).contains(&u))
+    {
+        return Err(invalid("utilization must be between 0 and 1".into()));
+    }
     for [a, b] in &spec.nvlink.pairs {
         if *a >= total || *b >= total || a == b {
             return Err(invalid(format!(
@@ -270,6 +280,7 @@ pub struct Simulated {
     inject_path: Option<PathBuf>,
     state_path: Option<PathBuf>,
     mig_ops_left: Option<u32>,
+    utilization: f64,
 }
 
 impl Simulated {
@@ -360,6 +371,7 @@ impl Simulated {
             inject_path: None,
             state_path: None,
             mig_ops_left: spec.fail_mig_operations_after,
+            utilization: spec.utilization.unwrap_or(0.0),
         })
     }
 
@@ -466,6 +478,12 @@ impl Simulated {
 impl GpuBackend for Simulated {
     fn name(&self) -> &'static str {
         "simulated"
+    }
+
+    fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
+        (0..self.gpus.len())
+            .filter_map(|i| Some((u32::try_from(i).ok()?, self.utilization)))
+            .collect()
     }
 
     fn inventory(&mut self) -> super::Result<Vec<GpuInfo>> {

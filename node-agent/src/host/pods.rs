@@ -17,13 +17,24 @@ pub async fn on_node(
     node: &str,
     uuids: &BTreeMap<String, u32>,
 ) -> Result<Vec<PodRef>> {
+    Ok(refs(&list(client, node).await?, node, uuids))
+}
+
+/// Every pod bound to `node`.
+pub async fn list(client: &Client, node: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = Api::all(client.clone());
-    let list = pods
+    Ok(pods
         .list(&ListParams::default().fields(&format!("spec.nodeName={node}")))
         .await
-        .map_err(api("listing pods on the node"))?;
+        .map_err(api("listing pods on the node"))?
+        .items)
+}
+
+/// The pods of `pods` bound to `node` that are neither finished nor terminating, with their GPU
+/// indexes.
+pub fn refs(pods: &[Pod], node: &str, uuids: &BTreeMap<String, u32>) -> Vec<PodRef> {
     let mut out = Vec::new();
-    for p in list.items {
+    for p in pods {
         let on_node = p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node);
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
         let terminating = p.metadata.deletion_timestamp.is_some();
@@ -48,7 +59,7 @@ pub async fn on_node(
             gpus,
         });
     }
-    Ok(out)
+    out
 }
 
 /// Asks the API server to evict a pod. A `429` means a PodDisruptionBudget forbids it now.

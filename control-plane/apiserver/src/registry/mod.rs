@@ -25,6 +25,7 @@ use fabrik_store::{ListOptions, Store, StoreError};
 use rand::Rng;
 use serde_json::{json, Value};
 
+use crate::admission::{Admission, Operation as AdmissionOp};
 use crate::error::{ApiError, GroupResource, Result};
 use crate::resources::{Catalog, ResourceDef, Subresource};
 use crate::strategy::{GracefulDelete, StrategyContext};
@@ -167,6 +168,7 @@ pub struct Written {
 pub struct Registry {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
+    admission: std::sync::RwLock<Vec<Arc<dyn Admission>>>,
 }
 
 /// Which part of an object a write addresses.
@@ -253,7 +255,33 @@ fn validate_list_options(params: &ListParams) -> Result<()> {
 impl Registry {
     /// A registry over `store` serving `catalog`.
     pub fn new(store: Arc<dyn Store>, catalog: Arc<Catalog>) -> Registry {
-        Registry { store, catalog }
+        Registry {
+            store,
+            catalog,
+            admission: std::sync::RwLock::new(Vec::new()),
+        }
+    }
+
+    /// Adds an admission plugin; plugins run in the order added, after the kind's validation.
+    pub fn add_admission(&self, plugin: Arc<dyn Admission>) {
+        if let Ok(mut a) = self.admission.write() {
+            a.push(plugin);
+        }
+    }
+
+    fn admit(
+        &self,
+        def: &ResourceDef,
+        op: AdmissionOp,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<()> {
+        let plugins: Vec<Arc<dyn Admission>> =
+            self.admission.read().map(|a| a.clone()).unwrap_or_default();
+        for p in plugins {
+            p.validate(def, op, obj, old)?;
+        }
+        Ok(())
     }
 
     /// The served resources.
@@ -445,6 +473,7 @@ impl Registry {
                 )
                 .await?;
             self.validate_meta(def, &candidate)?;
+            self.admit(def, AdmissionOp::Create, &candidate, None)?;
             if let Some(manager) = opts.field_manager.as_deref() {
                 candidate = apply::track(def, None, &candidate, manager, None);
             }
@@ -931,6 +960,7 @@ impl Registry {
         self.validate_meta(def, &new)?;
         let causes = def.strategy.validate_update(&new, old);
         self.invalid_if_any(def, &new, causes)?;
+        self.admit(def, AdmissionOp::Update, &new, Some(old))?;
         Ok(new)
     }
 

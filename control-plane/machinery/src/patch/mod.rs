@@ -59,14 +59,46 @@ impl PatchError {
 pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| PatchError::InvalidPatch(e.to_string()))?;
+    // Like kube-apiserver's JSON patch library, a `test` that a path is `null` passes when the
+    // path does not exist (clients such as kube-rs's finalizer helper rely on it). Operations
+    // are applied one by one so the check sees the document as the earlier operations left it;
+    // the document changes only if every operation succeeds.
     let mut out = doc.clone();
-    json_patch::patch(&mut out, &ops).map_err(|e| match e.kind {
-        json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed {
-            path: e.path.to_string(),
-        },
-        _ => PatchError::OperationFailed(e.to_string()),
-    })?;
+    for op in ops.0 {
+        if let json_patch::PatchOperation::Test(t) = &op {
+            if t.value.is_null() && out.pointer(t.path.as_str()).is_none() {
+                continue;
+            }
+        }
+        json_patch::patch(&mut out, &[op]).map_err(|e| match e.kind {
+            json_patch::PatchErrorKind::TestFailed => PatchError::TestFailed {
+                path: e.path.to_string(),
+            },
+            _ => PatchError::OperationFailed(e.to_string()),
+        })?;
+    }
     Ok(out)
+}
+
+#[cfg(test)]
+mod json_patch_null_test {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn test_null_on_a_missing_path_passes() {
+        let doc = json!({"metadata": {"name": "a"}});
+        let patch = json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": ["f"]}
+        ]);
+        assert_eq!(
+            json_patch(&doc, &patch).ok(),
+            Some(json!({"metadata": {"name": "a", "finalizers": ["f"]}}))
+        );
+        let failing = json!([{"op": "add", "path": "/x", "value": 1}, {"op": "test", "path": "/metadata/name", "value": "b"}]);
+        assert!(json_patch(&doc, &failing).is_err());
+    }
 }
 
 /// Applies an RFC 7386 JSON merge patch: objects merge recursively, `null` deletes a key, any

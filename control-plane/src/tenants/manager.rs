@@ -1,0 +1,570 @@
+//! The tenant manager: a kube-runtime controller over `Tenant` objects on the host. For each
+//! tenant it keeps the host side in place (namespace `fabrik-<tenant>`, CA and kubeconfig
+//! Secrets, ResourceQuota, LimitRange, a NetworkPolicy that denies traffic from other
+//! namespaces), runs the tenant's API server — served at `/clusters/<tenant>` by the shared
+//! listener — and reports status. A finalizer tears it all down. Tenants are restored on
+//! restart: the controller's first pass starts every tenant again from its keyspace.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabrik_api::tenant::{host_namespace, SecretRef, Tenant, TenantStatus, TENANT_FINALIZER};
+use fabrik_apiserver::pki::{Ca, PkiError};
+use fabrik_apiserver::router::Router;
+use fabrik_apiserver::{Cluster, Settings};
+use fabrik_store::{SledBackend, Store};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{finalizer, Event};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use tokio::sync::Mutex;
+
+/// The field manager of everything the tenant manager writes.
+const MANAGER: &str = "fabrik-tenant-manager";
+/// Host Secret holding a tenant's CA.
+const CA_SECRET: &str = "fabrik-tenant-ca";
+/// Host Secret holding a tenant's admin kubeconfig.
+pub const KUBECONFIG_SECRET: &str = "fabrik-kubeconfig";
+
+/// Errors of tenant reconciliation.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A host API call failed.
+    #[error("host API call failed: {0}")]
+    Kube(#[from] kube::Error),
+    /// Certificates could not be made.
+    #[error("tenant CA: {0}")]
+    Pki(#[from] PkiError),
+    /// The tenant's store keyspace failed.
+    #[error("tenant store: {0}")]
+    Store(#[from] fabrik_store::StoreError),
+    /// The tenant's API server could not start.
+    #[error("tenant API server: {0}")]
+    Start(#[from] fabrik_apiserver::StartError),
+    /// The router refused the tenant.
+    #[error("routing: {0}")]
+    Router(#[from] fabrik_apiserver::router::RouterError),
+    /// A stored CA or kubeconfig is malformed.
+    #[error("invalid {0}")]
+    Invalid(String),
+    /// Writing a kubeconfig file failed.
+    #[error("cannot write {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The finalizer helper failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+/// What the manager needs: where tenants are served and stored.
+pub struct Runtime {
+    /// The listener's router (tenants are added and removed here).
+    pub router: Arc<Router>,
+    /// The store backend (one keyspace per tenant).
+    pub backend: SledBackend,
+    /// API tunables for tenant servers.
+    pub settings: Settings,
+    /// The listener's URL (`https://127.0.0.1:6443`).
+    pub public_url: String,
+    /// The CA clients verify the listener with (goes into tenant kubeconfigs).
+    pub serving_ca_pem: String,
+    /// Where `fabrik up` keeps `tenants/<name>.kubeconfig` (None for `fabrik serve`).
+    pub data_dir: Option<PathBuf>,
+    /// The shared host watches every tenant's syncer subscribes to.
+    pub informers: syncer::HostInformers,
+    running: Mutex<HashMap<String, Cluster>>,
+}
+
+impl Runtime {
+    /// A runtime with no tenant running yet.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        router: Arc<Router>,
+        backend: SledBackend,
+        settings: Settings,
+        public_url: String,
+        serving_ca_pem: String,
+        data_dir: Option<PathBuf>,
+        host: Client,
+    ) -> Arc<Runtime> {
+        Arc::new(Runtime {
+            router,
+            backend,
+            settings,
+            public_url,
+            serving_ca_pem,
+            data_dir,
+            informers: syncer::HostInformers::new(host),
+            running: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Stops every tenant's API server (process shutdown).
+    pub async fn shutdown(&self) {
+        let all: Vec<Cluster> = self.running.lock().await.drain().map(|(_, c)| c).collect();
+        for c in all {
+            c.shutdown().await;
+        }
+    }
+}
+
+struct Ctx {
+    host: Client,
+    rt: Arc<Runtime>,
+}
+
+/// Whether a tenant name is usable: a DNS label short enough for `fabrik-<name>` and the
+/// syncer's `<name>-x-<ns>-x-<tenant>` host names.
+pub fn valid_name(name: &str) -> Result<(), String> {
+    let errs = fabrik_machinery::validation::dns1123_label(name);
+    if !errs.is_empty() {
+        return Err(errs.join("; "));
+    }
+    if name.len() > 40 {
+        return Err("must be no more than 40 characters".into());
+    }
+    Ok(())
+}
+
+fn keyspace(name: &str) -> String {
+    format!("tenant-{name}")
+}
+
+fn ready_condition(
+    status: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) -> Condition {
+    Condition {
+        type_: "Ready".into(),
+        status: if status { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
+        observed_generation: generation,
+    }
+}
+
+async fn apply<K>(api: &Api<K>, name: &str, obj: serde_json::Value) -> Result<(), Error>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&obj),
+    )
+    .await?;
+    Ok(())
+}
+
+fn b64(s: &str) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .and_then(|v| String::from_utf8(v.0.clone()).ok())
+}
+
+/// The tenant's CA, created once and kept in a host Secret.
+async fn tenant_ca(secrets: &Api<Secret>, tenant: &str) -> Result<Ca, Error> {
+    if let Some(s) = secrets.get_opt(CA_SECRET).await? {
+        let (Some(cert), Some(key)) = (secret_text(&s, "ca.crt"), secret_text(&s, "ca.key")) else {
+            return Err(Error::Invalid(format!("CA Secret of tenant {tenant}")));
+        };
+        return Ok(Ca::from_pem(&cert, &key)?);
+    }
+    let ca = Ca::generate(&format!("fabrik-tenant-{tenant}-{}", uuid_short()))?;
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": CA_SECRET, "labels": {"fabrik.dev/tenant": tenant}},
+        "type": "Opaque",
+        "data": {"ca.crt": b64(&ca.pair().cert_pem), "ca.key": b64(&ca.pair().key_pem)},
+    });
+    apply(secrets, CA_SECRET, secret).await?;
+    Ok(ca)
+}
+
+fn uuid_short() -> String {
+    use rand::Rng;
+    let mut rng = rand::rng();
+    (0..8)
+        .map(|_| char::from(b"0123456789abcdef"[rng.random_range(0..16)]))
+        .collect()
+}
+
+fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
+    let mut hard = BTreeMap::new();
+    if let Some(q) = &tenant.spec.quota {
+        if let Some(c) = &q.cpu {
+            hard.insert("requests.cpu".into(), c.clone());
+        }
+        if let Some(m) = &q.memory {
+            hard.insert("requests.memory".into(), m.clone());
+        }
+        if let Some(p) = q.pods {
+            hard.insert("pods".into(), p.to_string());
+        }
+        if let Some(g) = q.gpus {
+            let resource = match q.gpu_sharing.as_deref() {
+                Some(s) if s.starts_with("mig:") => format!("requests.nvidia.com/mig-{}", &s[4..]),
+                Some(s) if s.starts_with("share:") => "requests.fabrik.dev/gpu-shared".to_string(),
+                _ => "requests.nvidia.com/gpu".to_string(),
+            };
+            hard.insert(resource, g.to_string());
+        }
+    }
+    hard
+}
+
+/// The syncer's pod policy as an admission plugin of the tenant's API server: refused pods
+/// fail at `kubectl apply` with the reason, instead of never starting on the host.
+struct SyncerAdmission {
+    policy: syncer::Policy,
+}
+
+impl fabrik_apiserver::admission::Admission for SyncerAdmission {
+    fn validate(
+        &self,
+        def: &fabrik_apiserver::resources::ResourceDef,
+        op: fabrik_apiserver::admission::Operation,
+        obj: &serde_json::Value,
+        old: Option<&serde_json::Value>,
+    ) -> Result<(), fabrik_apiserver::ApiError> {
+        if !(def.group.is_empty() && def.plural == "pods") {
+            return Ok(());
+        }
+        let checked = match (op, old) {
+            (fabrik_apiserver::admission::Operation::Update, Some(old)) => {
+                syncer::check_pod_update(old, obj, &self.policy)
+            }
+            _ => syncer::check_pod(obj, &self.policy),
+        };
+        checked.map_err(|reasons| {
+            let name = obj["metadata"]["name"].as_str().unwrap_or("");
+            fabrik_apiserver::ApiError::Forbidden(format!(
+                "pods \"{name}\" is forbidden by the tenant's policy: {}",
+                reasons.join("; ")
+            ))
+        })
+    }
+}
+
+/// The syncer policy a Tenant's spec asks for.
+fn policy_of(tenant: &Tenant) -> syncer::Policy {
+    let iso = tenant.spec.isolation.clone().unwrap_or_default();
+    let allows = |p: &str| iso.allow.iter().any(|a| a == p);
+    let mut tolerations = Vec::new();
+    if iso.dedicated_nodes {
+        tolerations.push(k8s_openapi::api::core::v1::Toleration {
+            key: Some("fabrik.dev/tenant".into()),
+            operator: Some("Equal".into()),
+            value: Some(tenant.name_any()),
+            effect: Some("NoSchedule".into()),
+            ..Default::default()
+        });
+    }
+    let gpu_sharing = match tenant
+        .spec
+        .quota
+        .as_ref()
+        .and_then(|q| q.gpu_sharing.as_deref())
+    {
+        Some(s) if s.starts_with("mig:") => syncer::GpuSharing::Mig(s[4..].to_string()),
+        Some(s) if s.starts_with("share:") => {
+            let mut parts = s[6..].split(',');
+            let mem = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
+            let pct = parts.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+            syncer::GpuSharing::Shared {
+                memory_mib: mem,
+                compute_pct: pct,
+            }
+        }
+        _ => syncer::GpuSharing::Whole,
+    };
+    syncer::Policy {
+        node_selector: iso.node_selector.clone(),
+        tolerations,
+        runtime_class: iso.runtime_class.clone(),
+        allow_privileged: allows("privileged"),
+        allow_host_namespaces: allows("hostNamespaces"),
+        allow_host_path: allows("hostPath"),
+        gpu_sharing,
+        allowed_priority_classes: Vec::new(),
+        dns_nameserver: None,
+    }
+}
+
+async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error> {
+    let name = tenant.name_any();
+    let tenants: Api<Tenant> = Api::all(ctx.host.clone());
+    if let Err(why) = valid_name(&name) {
+        let status = TenantStatus {
+            phase: Some("Failed".into()),
+            conditions: vec![ready_condition(
+                false,
+                "InvalidName",
+                &format!("tenant name {name:?}: {why}"),
+                tenant.metadata.generation,
+            )],
+            ..Default::default()
+        };
+        tenants
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+        return Ok(Action::await_change());
+    }
+    let ns = host_namespace(&name);
+    let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
+    apply(&namespaces, &ns, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"fabrik.dev/tenant": name}}})).await?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.host.clone(), &ns);
+    let ca = tenant_ca(&secrets, &name).await?;
+
+    // The tenant's API server.
+    let endpoint = format!("{}/clusters/{name}", ctx.rt.public_url);
+    {
+        let mut running = ctx.rt.running.lock().await;
+        if !running.contains_key(&name) {
+            let store: Arc<dyn Store> = Arc::new(ctx.rt.backend.keyspace(&keyspace(&name))?);
+            let ca_copy = Ca::from_pem(&ca.pair().cert_pem, &ca.pair().key_pem)?;
+            let mut settings = ctx.rt.settings.clone();
+            settings.server_address = endpoint.clone();
+            let cluster = Cluster::start(store, ca_copy, settings).await?;
+            let policy = policy_of(&tenant);
+            cluster
+                .server
+                .registry()
+                .add_admission(Arc::new(SyncerAdmission {
+                    policy: policy.clone(),
+                }));
+            // The syncer: the tenant's objects onto the host, status back.
+            let sync = syncer::TenantSync {
+                tenant: name.clone(),
+                host_namespace: ns.clone(),
+                policy,
+            };
+            let tenant_client = fabrik_apiserver::client::in_process_client(
+                cluster.server.clone(),
+                fabrik_apiserver::client::controller_identity("syncer"),
+            );
+            let informers = ctx.rt.informers.clone();
+            let stop = cluster.server.shutdown_signal();
+            let tname = name.clone();
+            tokio::spawn(async move {
+                if let Err(e) = syncer::run(sync, tenant_client, informers, stop).await {
+                    tracing::error!(tenant = %tname, error = %e, "syncer stopped");
+                }
+            });
+            ctx.rt
+                .router
+                .add_tenant(&name, cluster.server.clone(), ca.cert_pem())?;
+            tracing::info!(tenant = %name, "tenant API server started");
+            running.insert(name.clone(), cluster);
+        }
+    }
+
+    // The admin kubeconfig: issued once, kept in a Secret (and a file for `fabrik up`).
+    let kubeconfig =
+        match secrets
+            .get_opt(KUBECONFIG_SECRET)
+            .await?
+            .and_then(|s| secret_text(&s, "kubeconfig"))
+        {
+            Some(k) if k.contains(&endpoint) => k,
+            _ => {
+                let client = ca.issue_client("fabrik-tenant-admin", Some("system:masters"))?;
+                let k = fabrik_apiserver::kubeconfig::render(
+                    &format!("fabrik-{name}"),
+                    &endpoint,
+                    &ctx.rt.serving_ca_pem,
+                    &client,
+                );
+                apply(&secrets, KUBECONFIG_SECRET, json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": KUBECONFIG_SECRET, "labels": {"fabrik.dev/tenant": name}},
+                "type": "Opaque",
+                "data": {"kubeconfig": b64(&k)},
+            }))
+            .await?;
+                k
+            }
+        };
+    if let Some(dir) = &ctx.rt.data_dir {
+        let path = dir.join("tenants").join(format!("{name}.kubeconfig"));
+        let current = std::fs::read_to_string(&path).ok();
+        if current.as_deref() != Some(kubeconfig.as_str()) {
+            std::fs::create_dir_all(dir.join("tenants")).map_err(|source| Error::Io {
+                path: path.clone(),
+                source,
+            })?;
+            fabrik_apiserver::pki::write_private(&path, kubeconfig.as_bytes())
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+        }
+    }
+
+    // Host guard rails.
+    let hard = quota_hard(&tenant);
+    let quotas: Api<ResourceQuota> = Api::namespaced(ctx.host.clone(), &ns);
+    if hard.is_empty() {
+        let _ = quotas
+            .delete("fabrik-quota", &DeleteParams::default())
+            .await;
+    } else {
+        apply(&quotas, "fabrik-quota", json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "fabrik-quota"}, "spec": {"hard": hard}})).await?;
+    }
+    let limits: Api<LimitRange> = Api::namespaced(ctx.host.clone(), &ns);
+    apply(&limits, "fabrik-defaults", json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "fabrik-defaults"},
+        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}]}})).await?;
+    let policies: Api<NetworkPolicy> = Api::namespaced(ctx.host.clone(), &ns);
+    apply(&policies, "fabrik-isolation", json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "fabrik-isolation"},
+        "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]}})).await?;
+
+    // Owners are cluster-admin inside the tenant.
+    if let Some(cluster) = ctx.rt.running.lock().await.get(&name) {
+        let tc = fabrik_apiserver::client::in_process_client(
+            cluster.server.clone(),
+            fabrik_apiserver::client::controller_identity("tenant-manager"),
+        );
+        let subjects: Vec<serde_json::Value> = tenant
+            .spec
+            .owners
+            .iter()
+            .map(|o| match o.strip_prefix("group:") {
+                Some(g) => {
+                    json!({"kind": "Group", "apiGroup": "rbac.authorization.k8s.io", "name": g})
+                }
+                None => json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": o}),
+            })
+            .collect();
+        let crbs: Api<ClusterRoleBinding> = Api::all(tc);
+        apply(&crbs, "fabrik-owners", json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": "fabrik-owners"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"}, "subjects": subjects})).await?;
+    }
+
+    let status = TenantStatus {
+        phase: Some("Ready".into()),
+        endpoint: Some(endpoint),
+        kubeconfig_secret: Some(SecretRef {
+            namespace: ns,
+            name: KUBECONFIG_SECRET.into(),
+        }),
+        conditions: vec![ready_condition(
+            true,
+            "Serving",
+            "the tenant API server is serving",
+            tenant.metadata.generation,
+        )],
+        usage: tenant.status.as_ref().and_then(|s| s.usage.clone()),
+        observed_generation: tenant.metadata.generation,
+    };
+    let unchanged = tenant.status.as_ref().is_some_and(|s| {
+        s.phase == status.phase
+            && s.endpoint == status.endpoint
+            && s.observed_generation == status.observed_generation
+            && s.kubeconfig_secret == status.kubeconfig_secret
+    });
+    if !unchanged {
+        tenants
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+    }
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error> {
+    let name = tenant.name_any();
+    if let Some(server) = ctx.rt.router.remove_tenant(&name) {
+        drop(server);
+    }
+    let cluster = ctx.rt.running.lock().await.remove(&name);
+    if let Some(c) = cluster {
+        c.shutdown().await;
+    }
+    ctx.rt.backend.drop_keyspace(&keyspace(&name))?;
+    let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
+    match namespaces
+        .delete(&host_namespace(&name), &DeleteParams::default())
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    if let Some(dir) = &ctx.rt.data_dir {
+        let _ = std::fs::remove_file(dir.join("tenants").join(format!("{name}.kubeconfig")));
+    }
+    tracing::info!(tenant = %name, "tenant removed");
+    Ok(Action::await_change())
+}
+
+async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let api: Api<Tenant> = Api::all(ctx.host.clone());
+    finalizer(&api, TENANT_FINALIZER, tenant, |event| async {
+        match event {
+            Event::Apply(t) => reconcile_apply(t, &ctx).await,
+            Event::Cleanup(t) => reconcile_cleanup(t, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| Error::Finalizer(e.to_string()))
+}
+
+fn error_policy(tenant: Arc<Tenant>, err: &Error, _ctx: Arc<Ctx>) -> Action {
+    tracing::warn!(tenant = %tenant.name_any(), error = %err, "tenant reconciliation failed; retrying");
+    Action::requeue(Duration::from_secs(2))
+}
+
+/// Runs the tenant manager until `shutdown` resolves, then stops every tenant.
+pub async fn run(
+    host: Client,
+    rt: Arc<Runtime>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let ctx = Arc::new(Ctx {
+        host: host.clone(),
+        rt: rt.clone(),
+    });
+    let api: Api<Tenant> = Api::all(host);
+    // The controller wants a Sync future; relay the signal through a channel.
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        shutdown.await;
+        let _ = tx.send(());
+    });
+    Controller::new(api, watcher::Config::default())
+        .graceful_shutdown_on(async move {
+            let _ = rx.await;
+        })
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| futures::future::ready(()))
+        .await;
+    rt.shutdown().await;
+}

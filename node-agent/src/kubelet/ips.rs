@@ -1,0 +1,74 @@
+//! Pod IPs of one simulated node: node `i` owns `10.244.<i>.0/24` and hands out `.2`–`.254`,
+//! lowest free first; released addresses are reused.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+
+/// The pod address range of one node.
+#[derive(Clone, Debug)]
+pub struct PodIps {
+    subnet: u8,
+    used: BTreeSet<u8>,
+}
+
+impl PodIps {
+    /// The range of node `index` (0-based, at most 255 nodes).
+    pub fn new(index: u8) -> PodIps {
+        PodIps {
+            subnet: index,
+            used: BTreeSet::new(),
+        }
+    }
+
+    /// Whether `ip` belongs to this node's range.
+    pub fn owns(&self, ip: &str) -> Option<u8> {
+        let ip: Ipv4Addr = ip.parse().ok()?;
+        let [a, b, c, d] = ip.octets();
+        (a == 10 && b == 244 && c == self.subnet && (2..=254).contains(&d)).then_some(d)
+    }
+
+    /// Marks an address (already in a pod's status) as taken.
+    pub fn reserve(&mut self, ip: &str) -> bool {
+        match self.owns(ip) {
+            Some(d) => {
+                self.used.insert(d);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The lowest free address, or `None` when all 253 are taken.
+    pub fn allocate(&mut self) -> Option<String> {
+        let d = (2..=254u8).find(|d| !self.used.contains(d))?;
+        self.used.insert(d);
+        Some(Ipv4Addr::new(10, 244, self.subnet, d).to_string())
+    }
+
+    /// Returns an address.
+    pub fn release(&mut self, ip: &str) {
+        if let Some(d) = self.owns(ip) {
+            self.used.remove(&d);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allocate_release_reuse() {
+        let mut ips = PodIps::new(1);
+        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
+        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.3"));
+        ips.release("10.244.1.2");
+        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
+        assert!(!ips.reserve("10.244.2.9"));
+        assert!(ips.reserve("10.244.1.9"));
+        for _ in 0..250 {
+            ips.allocate();
+        }
+        assert_eq!(ips.allocate(), None);
+    }
+}

@@ -1,0 +1,337 @@
+//! A kubelet stand-in for a simulated node of `fabrik up`: it registers the Node (see [`node`])
+//! and runs the pods bound to it — starts them (`Running`, Ready, a pod IP from the node's
+//! range, running container statuses), lets them exit when told to, and finishes their deletion
+//! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
+//! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods.
+//!
+//! Nothing is executed: containers are simulated. `exec` and serving `logs` are not here.
+//! It polls the pods of its node every `interval`.
+
+pub mod ips;
+pub mod lifecycle;
+pub mod logs;
+pub mod node;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
+use kube::{Api, Client};
+use serde_json::json;
+use thiserror::Error;
+
+use self::ips::PodIps;
+use self::lifecycle::Step;
+use self::logs::LogStore;
+use self::node::NodeShape;
+use crate::metering::{self, Meter};
+
+/// Errors of the simulated kubelet.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An API call failed.
+    #[error("{op}: {source}")]
+    Api {
+        /// What was being done.
+        op: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A Node document could not be decoded.
+    #[error("building the node: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn api(op: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let op = op.into();
+    move |source| Error::Api { op, source }
+}
+
+/// Settings of one simulated kubelet.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// The node.
+    pub shape: NodeShape,
+    /// Time between passes.
+    pub interval: Duration,
+    /// GPU model name for metering labels.
+    pub gpu_model: String,
+    /// Simulated GPU utilization (0..=1) for metering.
+    pub utilization: f64,
+}
+
+/// How often the Node's registration is re-checked.
+const REGISTRATION_CHECK: Duration = Duration::from_secs(10);
+
+/// A simulated kubelet.
+pub struct Kubelet {
+    client: Client,
+    config: Config,
+    logs: LogStore,
+    meter: Option<Meter>,
+    ips: PodIps,
+    /// Pods started, by UID: their namespace/name and IP.
+    started: BTreeMap<String, (String, String, String)>,
+    checked: Option<Instant>,
+}
+
+impl Kubelet {
+    /// A kubelet for `config.shape`, recording logs into `logs`.
+    pub fn new(client: Client, config: Config, logs: LogStore, meter: Option<Meter>) -> Kubelet {
+        let ips = PodIps::new(config.shape.index);
+        Kubelet {
+            client,
+            config,
+            logs,
+            meter,
+            ips,
+            started: BTreeMap::new(),
+            checked: None,
+        }
+    }
+
+    /// Runs passes until `shutdown` completes.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()> + Send) {
+        tracing::info!(node = %self.config.shape.name, "simulated kubelet starting");
+        let mut ticker = tokio::time::interval(self.config.interval);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = ticker.tick() => {
+                    if let Err(e) = self.pass().await {
+                        tracing::warn!(node = %self.config.shape.name, error = %e, "kubelet pass failed");
+                    }
+                }
+            }
+        }
+        tracing::info!(node = %self.config.shape.name, "simulated kubelet stopped");
+    }
+
+    /// Registers the Node or repairs what the kubelet owns on it.
+    pub async fn register(&self) -> Result<()> {
+        let shape = &self.config.shape;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let now = serde_json::to_value(Time(Timestamp::now()))?;
+        let existing = nodes
+            .get_opt(&shape.name)
+            .await
+            .map_err(api("reading the node"))?;
+        let node = match existing {
+            Some(n) => n,
+            None => {
+                let body: Node = serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": shape.name, "labels": node::labels(shape)},
+                }))?;
+                match nodes.create(&PostParams::default(), &body).await {
+                    Ok(n) => n,
+                    Err(kube::Error::Api(s)) if s.code == 409 => nodes
+                        .get(&shape.name)
+                        .await
+                        .map_err(api("reading the node"))?,
+                    Err(e) => return Err(api("registering the node")(e)),
+                }
+            }
+        };
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let want = node::labels(shape);
+        let missing = want.as_object().is_some_and(|m| {
+            m.iter()
+                .any(|(k, v)| labels.get(k).map(|s| json!(s)) != Some(v.clone()))
+        });
+        if missing {
+            let patch = json!({"metadata": {"labels": want}});
+            nodes
+                .patch(&shape.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(api("labelling the node"))?;
+        }
+        let status = node.status.unwrap_or_default();
+        let ready = status
+            .conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == "Ready" && c.status == "True");
+        let has_cpu = status
+            .allocatable
+            .as_ref()
+            .is_some_and(|a| a.contains_key("cpu"));
+        if !ready || !has_cpu {
+            nodes
+                .patch_status(
+                    &shape.name,
+                    &PatchParams::default(),
+                    &Patch::Strategic(&node::status(shape, &now)),
+                )
+                .await
+                .map_err(api("publishing the node status"))?;
+            tracing::info!(node = %shape.name, "registered (Ready)");
+        }
+        Ok(())
+    }
+
+    /// One pass: registration when due, then every pod of the node.
+    pub async fn pass(&mut self) -> Result<()> {
+        if self
+            .checked
+            .is_none_or(|t| t.elapsed() >= REGISTRATION_CHECK)
+        {
+            self.register().await?;
+            self.checked = Some(Instant::now());
+        }
+        let name = self.config.shape.name.clone();
+        let pods: Api<Pod> = Api::all(self.client.clone());
+        let list = pods
+            .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
+            .await
+            .map_err(api("listing the node's pods"))?
+            .items;
+        let now = Timestamp::now();
+        let mut seen = Vec::new();
+        let mut usage = Vec::new();
+        for pod in &list {
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            seen.push(uid.clone());
+            let step = lifecycle::step(pod, self.started.contains_key(&uid), now);
+            let result = match step {
+                Step::Start => self.start(pod, now).await,
+                Step::Exit => self.exit(pod, now).await,
+                Step::Finish => self.finish(pod).await,
+                Step::Wait => Ok(()),
+            };
+            if let Err(e) = result {
+                tracing::warn!(node = %name, error = %e, "pod step failed");
+            }
+            let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+            if step == Step::Wait && phase == Some("Running") {
+                usage.extend(metering::usages(
+                    pod,
+                    &self.config.gpu_model,
+                    self.config.utilization,
+                ));
+            }
+        }
+        // Pods deleted for good by someone else.
+        let gone: Vec<String> = self
+            .started
+            .keys()
+            .filter(|u| !seen.contains(u))
+            .cloned()
+            .collect();
+        for uid in gone {
+            if let Some((ns, pod, ip)) = self.started.remove(&uid) {
+                self.ips.release(&ip);
+                self.logs.remove_pod(&ns, &pod);
+            }
+        }
+        if let Some(meter) = &self.meter {
+            meter.observe(&name, usage);
+        }
+        Ok(())
+    }
+
+    async fn start(&mut self, pod: &Pod, now: Timestamp) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let existing = pod.status.as_ref().and_then(|s| s.pod_ip.clone());
+        let ip = match existing {
+            Some(ip) if self.ips.reserve(&ip) => ip,
+            _ => match self.ips.allocate() {
+                Some(ip) => ip,
+                None => {
+                    tracing::warn!(pod = %name, "no free pod IP on this node");
+                    return Ok(());
+                }
+            },
+        };
+        let status = lifecycle::running_status(pod, &self.config.shape.host_ip(), &ip, now);
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = pods
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+        {
+            self.ips.release(&ip);
+            return Err(api(format!("starting pod {ns}/{name}"))(e));
+        }
+        let gpus = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_IDS))
+            .cloned()
+            .unwrap_or_default();
+        for (c, image) in lifecycle::container_names(pod) {
+            self.logs.append(
+                &ns,
+                &name,
+                &c,
+                format!("{now} simulated container {c} (image {image}) started on node {} with pod IP {ip}", self.config.shape.name),
+            );
+            let visible = if gpus.is_empty() {
+                "none"
+            } else {
+                gpus.as_str()
+            };
+            self.logs
+                .append(&ns, &name, &c, format!("{now} GPU devices: {visible}"));
+        }
+        self.started.insert(uid, (ns, name, ip));
+        Ok(())
+    }
+
+    async fn exit(&mut self, pod: &Pod, now: Timestamp) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        pods.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&lifecycle::exited_status(pod, now)),
+        )
+        .await
+        .map_err(api(format!("completing pod {ns}/{name}")))?;
+        for (c, _) in lifecycle::container_names(pod) {
+            self.logs
+                .append(&ns, &name, &c, format!("{now} exited with code 0"));
+        }
+        // The pod IP stays taken until the pod is gone, as a real kubelet keeps it.
+        Ok(())
+    }
+
+    async fn finish(&mut self, pod: &Pod) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let params = DeleteParams {
+            grace_period_seconds: Some(0),
+            preconditions: Some(Preconditions {
+                uid: pod.metadata.uid.clone(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match pods.delete(&name, &params).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(api(format!("finishing pod {ns}/{name}"))(e)),
+        }
+        if let Some(uid) = &pod.metadata.uid {
+            if let Some((_, _, ip)) = self.started.remove(uid) {
+                self.ips.release(&ip);
+            }
+        }
+        self.logs.remove_pod(&ns, &name);
+        Ok(())
+    }
+}

@@ -1,0 +1,387 @@
+//! GPU-second metering: per pod, how many GPU(-device)-seconds it was allocated and how many
+//! of those were used (allocated × GPU utilization), attributed to the tenant through the
+//! syncer's labels `fabrik.dev/tenant` and `fabrik.dev/namespace` (absent: `""` and the pod's
+//! namespace), and rendered as Prometheus text.
+//!
+//! A [`Meter`] is fed observations (the GPU pods running on a node now) and credits the time
+//! since the previous observation of that node to every pod seen in both — so accounting is
+//! exact to one observation interval, and a pod is never credited for time before it was first
+//! seen or after it was last seen. The clock is injected ([`Clock`]), so tests drive it.
+//!
+//! Units: `partition="whole"` counts whole GPUs (a 4-GPU pod accrues 4 s per second);
+//! `mig-<profile>` and `shared-<MiB>mib-<pct>pct` count devices of that kind. Counters of
+//! pods that are gone are kept (counters never go back), for the process lifetime.
+
+pub mod http;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::quantity;
+
+/// A monotonic clock.
+pub trait Clock: Send + Sync {
+    /// Time since an arbitrary fixed origin.
+    fn now(&self) -> Duration;
+}
+
+/// The process's monotonic clock.
+#[derive(Debug)]
+pub struct SystemClock(Instant);
+
+impl Default for SystemClock {
+    fn default() -> SystemClock {
+        SystemClock(Instant::now())
+    }
+}
+
+impl Clock for SystemClock {
+    fn now(&self) -> Duration {
+        self.0.elapsed()
+    }
+}
+
+/// The labels of one series.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    /// Tenant (`fabrik.dev/tenant`, or `""`).
+    pub tenant: String,
+    /// Tenant namespace (`fabrik.dev/namespace`, or the pod's namespace).
+    pub namespace: String,
+    /// Pod name (the host pod's).
+    pub pod: String,
+    /// GPU model.
+    pub gpu_model: String,
+    /// `whole`, `mig-<profile>` or `shared-<MiB>mib-<pct>pct`.
+    pub partition: String,
+}
+
+/// One pod's GPU holding at an observation.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Usage {
+    /// The series.
+    pub key: Key,
+    /// How many GPUs / devices of the partition it holds.
+    pub devices: f64,
+    /// Utilization of those GPUs now (0..=1).
+    pub utilization: f64,
+}
+
+/// The GPU holdings of a pod, from its requests (and limits): `nvidia.com/gpu`,
+/// `nvidia.com/mig-<profile>`, `fabrik.dev/shared-gpu-…`.
+pub fn usages(pod: &Pod, gpu_model: &str, utilization: f64) -> Vec<Usage> {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let tenant = labels
+        .get(fabrik_api::LABEL_TENANT)
+        .cloned()
+        .unwrap_or_default();
+    let namespace = labels
+        .get(fabrik_api::LABEL_NAMESPACE)
+        .cloned()
+        .unwrap_or(ns);
+    let mut per: BTreeMap<String, i64> = BTreeMap::new();
+    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        let Some(r) = &c.resources else { continue };
+        let mut mine: BTreeMap<String, i64> = BTreeMap::new();
+        for map in [&r.limits, &r.requests].into_iter().flatten() {
+            for (k, q) in map {
+                let partition = if k == "nvidia.com/gpu" {
+                    "whole".to_string()
+                } else if let Some(p) = k.strip_prefix("nvidia.com/mig-") {
+                    format!("mig-{p}")
+                } else if let Some(p) = k.strip_prefix("fabrik.dev/shared-gpu-") {
+                    format!("shared-{p}")
+                } else {
+                    continue;
+                };
+                if let Ok(n) = quantity::units(&q.0) {
+                    mine.insert(partition, n);
+                }
+            }
+        }
+        for (p, n) in mine {
+            *per.entry(p).or_insert(0) += n;
+        }
+    }
+    per.into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(partition, n)| Usage {
+            key: Key {
+                tenant: tenant.clone(),
+                namespace: namespace.clone(),
+                pod: pod.metadata.name.clone().unwrap_or_default(),
+                gpu_model: gpu_model.to_string(),
+                partition,
+            },
+            devices: n as f64,
+            utilization: utilization.clamp(0.0, 1.0),
+        })
+        .collect()
+}
+
+/// The GPU holdings of the running pods of a node (for the standalone agent): each pod's
+/// utilization is the mean over the GPUs its `fabrik.dev/gpu-devices` name (`uuids` maps device
+/// UUIDs to GPU indexes; `utilization` is per GPU index), 0 when unknown.
+pub fn node_usages(
+    pods: &[Pod],
+    uuids: &BTreeMap<String, u32>,
+    utilization: &BTreeMap<u32, f64>,
+    gpu_model: &str,
+) -> Vec<Usage> {
+    let mut out = Vec::new();
+    for p in pods {
+        let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+        if phase != Some("Running") || p.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let gpus: BTreeSet<u32> = p
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_DEVICES))
+            .map(|d| {
+                d.split(',')
+                    .filter_map(|u| uuids.get(u.trim()).copied())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let known: Vec<f64> = gpus
+            .iter()
+            .filter_map(|g| utilization.get(g).copied())
+            .collect();
+        let u = if known.is_empty() {
+            0.0
+        } else {
+            known.iter().sum::<f64>() / known.len() as f64
+        };
+        out.extend(usages(p, gpu_model, u));
+    }
+    out
+}
+
+#[derive(Default)]
+struct State {
+    /// Per source (node): time of its last observation and the series seen then.
+    last: BTreeMap<String, (Duration, BTreeSet<Key>)>,
+    /// Per series: allocated and utilized seconds.
+    totals: BTreeMap<Key, (f64, f64)>,
+}
+
+/// GPU-second counters, shared by whoever observes and whoever serves `/metrics`.
+#[derive(Clone)]
+pub struct Meter {
+    clock: Arc<dyn Clock>,
+    state: Arc<Mutex<State>>,
+}
+
+impl std::fmt::Debug for Meter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Meter").finish_non_exhaustive()
+    }
+}
+
+impl Default for Meter {
+    fn default() -> Meter {
+        Meter::new(Arc::new(SystemClock::default()))
+    }
+}
+
+impl Meter {
+    /// A meter reading `clock`.
+    pub fn new(clock: Arc<dyn Clock>) -> Meter {
+        Meter {
+            clock,
+            state: Arc::new(Mutex::new(State::default())),
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut State) -> R) -> R {
+        let mut guard = match self.state.lock() {
+            Ok(g) => g,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        f(&mut guard)
+    }
+
+    /// Records what `source` (a node) runs now.
+    pub fn observe(&self, source: &str, now_running: Vec<Usage>) {
+        let now = self.clock.now();
+        self.with(|s| {
+            let seen: BTreeSet<Key> = now_running.iter().map(|u| u.key.clone()).collect();
+            if let Some((then, before)) = s.last.get(source) {
+                let dt = now.saturating_sub(*then).as_secs_f64();
+                for u in &now_running {
+                    if before.contains(&u.key) {
+                        let t = s.totals.entry(u.key.clone()).or_insert((0.0, 0.0));
+                        t.0 += dt * u.devices;
+                        t.1 += dt * u.devices * u.utilization;
+                    }
+                }
+            }
+            for u in &now_running {
+                s.totals.entry(u.key.clone()).or_insert((0.0, 0.0));
+            }
+            s.last.insert(source.to_string(), (now, seen));
+        });
+    }
+
+    /// Allocated and utilized seconds of one series.
+    pub fn get(&self, key: &Key) -> Option<(f64, f64)> {
+        self.with(|s| s.totals.get(key).copied())
+    }
+
+    /// The counters in Prometheus text exposition format (version 0.0.4).
+    pub fn render(&self) -> String {
+        let totals = self.with(|s| s.totals.clone());
+        let mut out = String::new();
+        for (name, help, pick) in [
+            (
+                "fabrik_gpu_allocated_seconds_total",
+                "GPU-seconds allocated to a pod (whole GPUs, or devices of a MIG / shared partition).",
+                0,
+            ),
+            (
+                "fabrik_gpu_utilized_seconds_total",
+                "Allocated GPU-seconds weighted by the GPUs' utilization.",
+                1,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (k, v) in &totals {
+                let value = if pick == 0 { v.0 } else { v.1 };
+                let _ = writeln!(
+                    out,
+                    "{name}{{tenant=\"{}\",namespace=\"{}\",pod=\"{}\",gpu_model=\"{}\",partition=\"{}\"}} {value}",
+                    escape(&k.tenant),
+                    escape(&k.namespace),
+                    escape(&k.pod),
+                    escape(&k.gpu_model),
+                    escape(&k.partition),
+                );
+            }
+        }
+        out
+    }
+}
+
+/// Escapes a label value (backslash, double quote, newline).
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    #[derive(Default)]
+    struct TestClock(AtomicU64);
+
+    impl Clock for TestClock {
+        fn now(&self) -> Duration {
+            Duration::from_millis(self.0.load(Ordering::SeqCst))
+        }
+    }
+
+    impl TestClock {
+        fn advance(&self, ms: u64) {
+            self.0.fetch_add(ms, Ordering::SeqCst);
+        }
+    }
+
+    fn pod(name: &str, resource: &str, n: &str, tenant: Option<&str>) -> Pod {
+        let mut labels = serde_json::Map::new();
+        if let Some(t) = tenant {
+            labels.insert(fabrik_api::LABEL_TENANT.into(), t.into());
+            labels.insert(fabrik_api::LABEL_NAMESPACE.into(), "ml".into());
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "fabrik-t", "labels": labels},
+            "spec": {"containers": [{"name": "c", "resources": {"limits": {resource: n}}}]},
+        }))
+        .expect("pod")
+    }
+
+    #[test]
+    fn usages_read_partitions_and_tenant_labels() {
+        let u = usages(
+            &pod("a", "nvidia.com/gpu", "4", Some("team-a")),
+            "H200-141GB",
+            0.5,
+        );
+        assert_eq!(u.len(), 1);
+        assert_eq!(u[0].key.tenant, "team-a");
+        assert_eq!(u[0].key.namespace, "ml");
+        assert_eq!(u[0].key.partition, "whole");
+        assert_eq!(u[0].devices, 4.0);
+        let u = usages(
+            &pod("b", "nvidia.com/mig-1g.18gb", "2", None),
+            "H200-141GB",
+            0.5,
+        );
+        assert_eq!(u[0].key.tenant, "");
+        assert_eq!(u[0].key.namespace, "fabrik-t");
+        assert_eq!(u[0].key.partition, "mig-1g.18gb");
+        assert!(usages(&pod("c", "cpu", "2", None), "H200-141GB", 0.5).is_empty());
+    }
+
+    #[test]
+    fn credits_time_between_observations_of_pods_seen_at_both() {
+        let clock = Arc::new(TestClock::default());
+        let meter = Meter::new(clock.clone());
+        let a = usages(
+            &pod("a", "nvidia.com/gpu", "2", Some("t")),
+            "H200-141GB",
+            0.25,
+        );
+        let b = usages(
+            &pod("b", "nvidia.com/gpu", "1", Some("t")),
+            "H200-141GB",
+            1.0,
+        );
+        meter.observe("n0", a.clone());
+        clock.advance(10_000);
+        meter.observe("n0", [a.clone(), b.clone()].concat());
+        clock.advance(5_000);
+        meter.observe("n0", b.clone());
+        clock.advance(5_000);
+        meter.observe("n0", b.clone());
+        // a: 2 GPUs × 10 s (seen at 0 and 10 s); b: 1 GPU × 10 s (seen at 10, 15, 20 s).
+        assert_eq!(meter.get(&a[0].key), Some((20.0, 5.0)));
+        assert_eq!(meter.get(&b[0].key), Some((10.0, 10.0)));
+        // A gap (a pod gone and back) is not credited.
+        clock.advance(100_000);
+        meter.observe("n0", a.clone());
+        clock.advance(1_000);
+        meter.observe("n0", a.clone());
+        assert_eq!(meter.get(&a[0].key), Some((22.0, 5.5)));
+        let text = meter.render();
+        assert!(text.contains("# TYPE fabrik_gpu_allocated_seconds_total counter"));
+        assert!(text.contains(
+            "fabrik_gpu_allocated_seconds_total{tenant=\"t\",namespace=\"ml\",pod=\"a\",gpu_model=\"H200-141GB\",partition=\"whole\"} 22"
+        ));
+        assert!(text.contains(
+            "fabrik_gpu_utilized_seconds_total{tenant=\"t\",namespace=\"ml\",pod=\"b\",gpu_model=\"H200-141GB\",partition=\"whole\"} 10"
+        ));
+    }
+
+    #[test]
+    fn sources_are_independent_and_labels_escaped() {
+        let clock = Arc::new(TestClock::default());
+        let meter = Meter::new(clock.clone());
+        let a = usages(&pod("a\"x", "nvidia.com/gpu", "1", None), "H100-80GB", 1.0);
+        meter.observe("n0", a.clone());
+        clock.advance(1_000);
+        meter.observe("n1", a.clone());
+        assert_eq!(meter.get(&a[0].key), Some((0.0, 0.0)));
+        assert!(meter.render().contains("pod=\"a\\\"x\""));
+    }
+}

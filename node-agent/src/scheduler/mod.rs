@@ -1,0 +1,264 @@
+//! The GPU-aware scheduler of `fabrik up`'s embedded host, where no kube-scheduler runs.
+//!
+//! Each round (every `interval`, while pods are pending) it reads Nodes, the agents'
+//! ResourceSlices and all pods, plans placements ([`plan`], [`fit`] over [`model`]) and binds
+//! through `pods/binding`, after writing the chosen devices onto the pod:
+//! `fabrik.dev/gpu-ids` (DRA device names) and `fabrik.dev/gpu-devices` (their UUIDs, which the
+//! node agent reads to know which GPUs are busy). A pod that cannot be placed gets
+//! `PodScheduled=False`, reason `Unschedulable`, with why. It takes pods whose `schedulerName`
+//! is unset, `default-scheduler` or `fabrik-scheduler`.
+//!
+//! Guarantees: a pod is bound at most once (the binding carries the pod's UID and the API
+//! server refuses a second binding); a gang is bound only when all its members fit.
+//! Caveats: it polls rather than watches; pods bound by someone else without
+//! `fabrik.dev/gpu-ids` use node resources but no particular device.
+
+pub mod fit;
+pub mod model;
+pub mod plan;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use kube::{Api, Client};
+use serde_json::json;
+use thiserror::Error;
+
+use self::plan::Outcome;
+
+/// Errors of a scheduling round.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// An API call failed.
+    #[error("{op}: {source}")]
+    Api {
+        /// What was being done.
+        op: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Result of this module.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+fn api(op: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
+    let op = op.into();
+    move |source| Error::Api { op, source }
+}
+
+/// Scheduler settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Time between rounds.
+    pub interval: Duration,
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            interval: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Runs rounds until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    config: Config,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    tracing::info!("scheduler starting");
+    let mut ticker = tokio::time::interval(config.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Reasons already written, so an unschedulable pod is not patched every round.
+    let mut reported: BTreeMap<String, String> = BTreeMap::new();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = ticker.tick() => {
+                if let Err(e) = round(&client, &mut reported).await {
+                    tracing::warn!(error = %e, "scheduling round failed; retrying");
+                }
+            }
+        }
+    }
+    tracing::info!("scheduler stopped");
+}
+
+fn ours(pod: &Pod) -> bool {
+    let spec = pod.spec.as_ref();
+    let unbound = spec
+        .and_then(|s| s.node_name.as_deref())
+        .is_none_or(str::is_empty);
+    let scheduler = spec.and_then(|s| s.scheduler_name.as_deref());
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    unbound
+        && pod.metadata.deletion_timestamp.is_none()
+        && !matches!(phase, Some("Succeeded" | "Failed"))
+        && matches!(
+            scheduler,
+            None | Some("default-scheduler") | Some(fabrik_api::SCHEDULER_NAME)
+        )
+}
+
+/// One round: returns how many pods were bound.
+pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> Result<usize> {
+    let pods_api: Api<Pod> = Api::all(client.clone());
+    let pods = pods_api
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing pods"))?
+        .items;
+    let mut pending: Vec<&Pod> = pods.iter().filter(|p| ours(p)).collect();
+    if pending.is_empty() {
+        reported.clear();
+        return Ok(0);
+    }
+    pending.sort_by(|a, b| {
+        let key = |p: &Pod| {
+            (
+                p.metadata.creation_timestamp.clone().map(|t| t.0),
+                p.metadata.namespace.clone(),
+                p.metadata.name.clone(),
+            )
+        };
+        key(a).cmp(&key(b))
+    });
+    let nodes = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing nodes"))?
+        .items;
+    let slices = Api::<ResourceSlice>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(api("listing ResourceSlices"))?
+        .items;
+    let mut views = model::nodes(&nodes, &slices, &pods);
+    let mut bound_in_gang: BTreeMap<String, usize> = BTreeMap::new();
+    for p in &pods {
+        if model::holds_resources(p).is_some() {
+            if let Ok(Some((g, _))) = model::gang(p) {
+                let ns = p.metadata.namespace.clone().unwrap_or_default();
+                *bound_in_gang.entry(format!("{ns}/{g}")).or_insert(0) += 1;
+            }
+        }
+    }
+    let mut requests = Vec::new();
+    let mut refused = Vec::new();
+    for p in &pending {
+        match model::pod_request(p) {
+            Ok(r) => requests.push(r),
+            Err(reason) => refused.push((*p, reason)),
+        }
+    }
+    let outcomes = plan::plan(&mut views, &requests, &bound_in_gang);
+    let mut bound = 0;
+    for (req, outcome) in requests.iter().zip(outcomes) {
+        let key = format!("{}/{}", req.namespace, req.name);
+        match outcome {
+            Outcome::Bind(placement) => match bind(client, &views, req, &placement).await {
+                Ok(()) => {
+                    reported.remove(&key);
+                    bound += 1;
+                }
+                Err(e) => tracing::warn!(pod = %key, error = %e, "binding failed"),
+            },
+            Outcome::Unschedulable(reason) => {
+                unschedulable(client, reported, &req.namespace, &req.name, &reason).await
+            }
+        }
+    }
+    for (p, reason) in refused {
+        let ns = p.metadata.namespace.clone().unwrap_or_default();
+        let name = p.metadata.name.clone().unwrap_or_default();
+        unschedulable(client, reported, &ns, &name, &reason).await;
+    }
+    Ok(bound)
+}
+
+async fn bind(
+    client: &Client,
+    views: &[model::NodeView],
+    req: &model::PodRequest,
+    placement: &fit::Placement,
+) -> Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &req.namespace);
+    let devices: Vec<&model::GpuDevice> = views
+        .iter()
+        .find(|v| v.name == placement.node)
+        .map(|v| {
+            placement
+                .devices
+                .iter()
+                .filter_map(|&i| v.devices.get(i))
+                .collect()
+        })
+        .unwrap_or_default();
+    if !devices.is_empty() {
+        let ids: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
+        let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
+        let patch = json!({"metadata": {"annotations": {
+            fabrik_api::ANNOTATION_GPU_IDS: ids.join(","),
+            fabrik_api::ANNOTATION_GPU_DEVICES: uuids.join(","),
+        }}});
+        pods.patch(&req.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api(format!("annotating pod {}", req.name)))?;
+    }
+    let binding = json!({
+        "apiVersion": "v1",
+        "kind": "Binding",
+        "metadata": {"name": req.name, "namespace": req.namespace, "uid": req.uid},
+        "target": {"apiVersion": "v1", "kind": "Node", "name": placement.node},
+    });
+    pods.create_subresource::<serde_json::Value, serde_json::Value>(
+        "binding",
+        &req.name,
+        &PostParams::default(),
+        &binding,
+    )
+    .await
+    .map_err(api(format!(
+        "binding pod {} to {}",
+        req.name, placement.node
+    )))?;
+    tracing::debug!(pod = %req.name, node = %placement.node, "bound");
+    Ok(())
+}
+
+async fn unschedulable(
+    client: &Client,
+    reported: &mut BTreeMap<String, String>,
+    ns: &str,
+    name: &str,
+    reason: &str,
+) {
+    let key = format!("{ns}/{name}");
+    if reported.get(&key).map(String::as_str) == Some(reason) {
+        return;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let patch = json!({"status": {"conditions": [{
+        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+        "message": reason, "lastTransitionTime": now, "lastProbeTime": null,
+    }]}});
+    match pods
+        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
+        .await
+    {
+        Ok(_) => {
+            reported.insert(key, reason.to_string());
+        }
+        Err(e) => tracing::warn!(pod = %key, error = %e, "reporting unschedulable failed"),
+    }
+}

@@ -1,0 +1,420 @@
+//! Pod admission for tenant API servers: the fields a tenant pod may not set unless its policy
+//! allows them. The syncer's allow-list would drop them anyway; refusing them at admission gives
+//! the user a clear error instead of a pod that silently runs differently.
+//!
+//! Messages follow the API server's field error style, `<path>: Forbidden: <why>`, one per
+//! offending field, so the caller can return them as the causes of a 403/422 Status.
+
+use fabrik_api::RESERVED_PREFIX;
+use serde_json::Value;
+
+use crate::gpu;
+use crate::policy::Policy;
+
+/// The capabilities the Pod Security Standards' baseline profile allows to add.
+pub const BASELINE_CAPABILITIES: &[&str] = &[
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+];
+
+/// Checks a pod being created in a tenant cluster. `Err` lists every refused field.
+pub fn check_pod(pod: &Value, policy: &Policy) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    check_metadata(pod, &mut errs);
+    check_spec(&pod["spec"], policy, &mut errs);
+    if pod["spec"]["nodeName"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty())
+    {
+        errs.push(forbidden(
+            "spec.nodeName",
+            "pods are placed by the host scheduler; nodeName may not be set",
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+/// Checks an update of a tenant pod: as [`check_pod`], except that a `spec.nodeName` equal to
+/// the old one (set by the syncer's binding) is accepted.
+pub fn check_pod_update(old: &Value, new: &Value, policy: &Policy) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    check_metadata(new, &mut errs);
+    check_spec(&new["spec"], policy, &mut errs);
+    let node = new["spec"]["nodeName"].as_str().unwrap_or("");
+    if !node.is_empty() && old["spec"]["nodeName"].as_str() != Some(node) {
+        errs.push(forbidden(
+            "spec.nodeName",
+            "pods are placed by the host scheduler; nodeName may not be set",
+        ));
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+fn forbidden(path: &str, why: &str) -> String {
+    format!("{path}: Forbidden: {why}")
+}
+
+fn check_metadata(pod: &Value, errs: &mut Vec<String>) {
+    for field in ["labels", "annotations"] {
+        if let Some(map) = pod["metadata"][field].as_object() {
+            for key in map.keys().filter(|k| k.starts_with(RESERVED_PREFIX)) {
+                errs.push(forbidden(
+                    &format!("metadata.{field}[{key}]"),
+                    &format!("keys under {RESERVED_PREFIX} are reserved for Fabrik"),
+                ));
+            }
+        }
+    }
+}
+
+fn check_spec(spec: &Value, policy: &Policy, errs: &mut Vec<String>) {
+    if !policy.allow_host_namespaces {
+        for (field, what) in [
+            ("hostNetwork", "host networking"),
+            ("hostPID", "the host PID namespace"),
+            ("hostIPC", "the host IPC namespace"),
+        ] {
+            if spec[field].as_bool() == Some(true) {
+                errs.push(forbidden(
+                    &format!("spec.{field}"),
+                    &format!("{what} is not allowed in tenant clusters"),
+                ));
+            }
+        }
+    }
+    if let Some(volumes) = spec["volumes"].as_array() {
+        for (i, v) in volumes.iter().enumerate() {
+            if !policy.allow_host_path && !v["hostPath"].is_null() {
+                errs.push(forbidden(
+                    &format!("spec.volumes[{i}].hostPath"),
+                    "hostPath volumes are not allowed in tenant clusters",
+                ));
+            }
+        }
+    }
+    if let Some(tolerations) = spec["tolerations"].as_array() {
+        for (i, t) in tolerations.iter().enumerate() {
+            if !policy.allows_toleration(t) {
+                errs.push(forbidden(
+                    &format!("spec.tolerations[{i}]"),
+                    &format!(
+                        "toleration {} is not one of this tenant's node pool",
+                        describe_toleration(t)
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(pc) = spec["priorityClassName"].as_str().filter(|s| !s.is_empty()) {
+        if !policy.allowed_priority_classes.iter().any(|a| a == pc) {
+            errs.push(forbidden(
+                "spec.priorityClassName",
+                &format!("priority class {pc:?} is not allowed for this tenant"),
+            ));
+        }
+    }
+    if !policy.allow_privileged {
+        check_seccomp(&spec["securityContext"], "spec.securityContext", errs);
+    }
+    for list in ["initContainers", "containers", "ephemeralContainers"] {
+        if let Some(containers) = spec[list].as_array() {
+            for (i, c) in containers.iter().enumerate() {
+                check_container(c, &format!("spec.{list}[{i}]"), policy, errs);
+            }
+        }
+    }
+}
+
+fn describe_toleration(t: &Value) -> String {
+    format!(
+        "{}{}{}:{}",
+        t["key"].as_str().unwrap_or("<any>"),
+        if t["operator"].as_str() == Some("Exists") {
+            " exists"
+        } else {
+            "="
+        },
+        t["value"].as_str().unwrap_or(""),
+        t["effect"].as_str().unwrap_or("<any effect>")
+    )
+}
+
+fn check_seccomp(sc: &Value, path: &str, errs: &mut Vec<String>) {
+    if sc["seccompProfile"]["type"].as_str() == Some("Unconfined") {
+        errs.push(forbidden(
+            &format!("{path}.seccompProfile.type"),
+            "unconfined seccomp is not allowed in tenant clusters",
+        ));
+    }
+    if sc["appArmorProfile"]["type"].as_str() == Some("Unconfined") {
+        errs.push(forbidden(
+            &format!("{path}.appArmorProfile.type"),
+            "unconfined AppArmor is not allowed in tenant clusters",
+        ));
+    }
+}
+
+fn check_container(c: &Value, path: &str, policy: &Policy, errs: &mut Vec<String>) {
+    let sc = &c["securityContext"];
+    if !policy.allow_privileged {
+        if sc["privileged"].as_bool() == Some(true) {
+            errs.push(forbidden(
+                &format!("{path}.securityContext.privileged"),
+                "privileged containers are not allowed in tenant clusters",
+            ));
+        }
+        if let Some(add) = sc["capabilities"]["add"].as_array() {
+            for (j, cap) in add.iter().enumerate() {
+                let name = cap.as_str().unwrap_or("");
+                let bare = name.strip_prefix("CAP_").unwrap_or(name);
+                if !BASELINE_CAPABILITIES.contains(&bare) {
+                    errs.push(forbidden(
+                        &format!("{path}.securityContext.capabilities.add[{j}]"),
+                        &format!("capability {name:?} is beyond the baseline set allowed in tenant clusters"),
+                    ));
+                }
+            }
+        }
+        if sc["procMount"].as_str() == Some("Unmasked") {
+            errs.push(forbidden(
+                &format!("{path}.securityContext.procMount"),
+                "an unmasked /proc is not allowed in tenant clusters",
+            ));
+        }
+        check_seccomp(sc, &format!("{path}.securityContext"), errs);
+    }
+    if !policy.allow_host_namespaces {
+        if let Some(ports) = c["ports"].as_array() {
+            for (j, p) in ports.iter().enumerate() {
+                if p["hostPort"].as_i64().is_some_and(|h| h != 0) {
+                    errs.push(forbidden(
+                        &format!("{path}.ports[{j}].hostPort"),
+                        "host ports are not allowed in tenant clusters",
+                    ));
+                }
+            }
+        }
+    }
+    for kind in ["requests", "limits"] {
+        if let Some(list) = c["resources"][kind].as_object() {
+            for name in list.keys() {
+                if gpu::is_accelerator(name) && name != fabrik_api::RESOURCE_GPU {
+                    errs.push(forbidden(
+                        &format!("{path}.resources.{kind}[{name}]"),
+                        &format!(
+                            "request GPUs as {}; this tenant's GPUs are mapped by its sharing mode",
+                            fabrik_api::RESOURCE_GPU
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::Toleration;
+    use serde_json::json;
+
+    fn base() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "namespace": "default", "labels": {"app": "x"}},
+            "spec": {"containers": [{"name": "c", "image": "busybox",
+                "securityContext": {"capabilities": {"add": ["NET_BIND_SERVICE", "CAP_CHOWN"]}},
+                "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    }
+
+    fn pool_policy() -> Policy {
+        Policy {
+            tolerations: vec![Toleration {
+                key: Some("pool".into()),
+                operator: Some("Equal".into()),
+                value: Some("gpu".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            allowed_priority_classes: vec!["tenant-high".into()],
+            ..Default::default()
+        }
+    }
+
+    /// Sets a JSON pointer path (creating objects on the way) to a value.
+    fn set(v: &mut Value, pointer: &str, to: Value) {
+        let mut cur = v;
+        for part in pointer.trim_start_matches('/').split('/') {
+            if let Ok(i) = part.parse::<usize>() {
+                cur = &mut cur[i];
+            } else {
+                if cur.is_null() {
+                    *cur = json!({});
+                }
+                cur = &mut cur[part];
+            }
+        }
+        *cur = to;
+    }
+
+    #[test]
+    fn a_plain_pod_is_admitted() {
+        assert_eq!(check_pod(&base(), &pool_policy()), Ok(()));
+        let mut p = base();
+        set(
+            &mut p,
+            "/spec/tolerations",
+            json!([{"key": "pool", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}]),
+        );
+        set(&mut p, "/spec/priorityClassName", json!("tenant-high"));
+        assert_eq!(check_pod(&p, &pool_policy()), Ok(()));
+    }
+
+    #[test]
+    fn every_hostile_field_is_refused() {
+        // (what is set, value, expected message start)
+        let table: &[(&str, Value, &str)] = &[
+            ("/spec/hostNetwork", json!(true), "spec.hostNetwork: Forbidden: host networking is not allowed"),
+            ("/spec/hostPID", json!(true), "spec.hostPID: Forbidden: the host PID namespace"),
+            ("/spec/hostIPC", json!(true), "spec.hostIPC: Forbidden: the host IPC namespace"),
+            ("/spec/containers/0/securityContext/privileged", json!(true),
+                "spec.containers[0].securityContext.privileged: Forbidden: privileged containers"),
+            ("/spec/initContainers", json!([{"name": "i", "image": "x", "securityContext": {"privileged": true}}]),
+                "spec.initContainers[0].securityContext.privileged: Forbidden"),
+            ("/spec/ephemeralContainers", json!([{"name": "e", "image": "x", "securityContext": {"capabilities": {"add": ["SYS_PTRACE"]}}}]),
+                "spec.ephemeralContainers[0].securityContext.capabilities.add[0]: Forbidden: capability \"SYS_PTRACE\""),
+            ("/spec/containers/0/securityContext/capabilities/add", json!(["NET_ADMIN"]),
+                "spec.containers[0].securityContext.capabilities.add[0]: Forbidden: capability \"NET_ADMIN\" is beyond the baseline"),
+            ("/spec/containers/0/securityContext/capabilities/add", json!(["CAP_SYS_ADMIN"]),
+                "spec.containers[0].securityContext.capabilities.add[0]: Forbidden"),
+            ("/spec/containers/0/securityContext/procMount", json!("Unmasked"),
+                "spec.containers[0].securityContext.procMount: Forbidden"),
+            ("/spec/containers/0/securityContext/seccompProfile", json!({"type": "Unconfined"}),
+                "spec.containers[0].securityContext.seccompProfile.type: Forbidden"),
+            ("/spec/securityContext/seccompProfile", json!({"type": "Unconfined"}),
+                "spec.securityContext.seccompProfile.type: Forbidden"),
+            ("/spec/securityContext/appArmorProfile", json!({"type": "Unconfined"}),
+                "spec.securityContext.appArmorProfile.type: Forbidden"),
+            ("/spec/containers/0/ports", json!([{"containerPort": 80, "hostPort": 80}]),
+                "spec.containers[0].ports[0].hostPort: Forbidden"),
+            ("/spec/volumes", json!([{"name": "root", "hostPath": {"path": "/"}}]),
+                "spec.volumes[0].hostPath: Forbidden: hostPath volumes are not allowed"),
+            ("/spec/nodeName", json!("gpu-node-7"), "spec.nodeName: Forbidden"),
+            ("/spec/tolerations", json!([{"operator": "Exists"}]),
+                "spec.tolerations[0]: Forbidden: toleration <any> exists"),
+            ("/spec/tolerations", json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]),
+                "spec.tolerations[0]: Forbidden"),
+            ("/spec/tolerations", json!([{"key": "pool", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}]),
+                "spec.tolerations[0]: Forbidden"),
+            ("/spec/priorityClassName", json!("system-node-critical"),
+                "spec.priorityClassName: Forbidden: priority class \"system-node-critical\" is not allowed"),
+            ("/metadata/labels/fabrik.dev~1tenant", json!("b"),
+                "metadata.labels[fabrik.dev/tenant]: Forbidden: keys under fabrik.dev/ are reserved"),
+            ("/metadata/annotations", json!({"fabrik.dev/virtual-uid": "x"}),
+                "metadata.annotations[fabrik.dev/virtual-uid]: Forbidden"),
+            ("/spec/containers/0/resources/limits/nvidia.com~1mig-7g.141gb", json!("1"),
+                "spec.containers[0].resources.limits[nvidia.com/mig-7g.141gb]: Forbidden"),
+        ];
+        for (pointer, value, want) in table {
+            let mut pod = base();
+            // `~1` in the table's paths stands for `/` inside a key.
+            let pointer = pointer.replace("~1", "\u{1}");
+            let mut cur = &mut pod;
+            let parts: Vec<String> = pointer
+                .trim_start_matches('/')
+                .split('/')
+                .map(|p| p.replace('\u{1}', "/"))
+                .collect();
+            for part in &parts[..parts.len() - 1] {
+                cur = match part.parse::<usize>() {
+                    Ok(i) => &mut cur[i],
+                    Err(_) => {
+                        if cur.is_null() {
+                            *cur = json!({});
+                        }
+                        &mut cur[part.as_str()]
+                    }
+                };
+            }
+            if cur.is_null() {
+                *cur = json!({});
+            }
+            cur[parts[parts.len() - 1].as_str()] = value.clone();
+            let errs = check_pod(&pod, &pool_policy()).expect_err(pointer.as_str());
+            assert!(
+                errs.iter().any(|e| e.starts_with(want)),
+                "{pointer}: want {want:?}, got {errs:?}"
+            );
+            assert_eq!(errs.len(), 1, "{pointer}: {errs:?}");
+        }
+    }
+
+    #[test]
+    fn a_permissive_policy_allows_them() {
+        let policy = Policy {
+            allow_privileged: true,
+            allow_host_namespaces: true,
+            allow_host_path: true,
+            ..pool_policy()
+        };
+        let mut pod = base();
+        set(&mut pod, "/spec/hostNetwork", json!(true));
+        set(&mut pod, "/spec/hostPID", json!(true));
+        set(
+            &mut pod,
+            "/spec/containers/0/securityContext/privileged",
+            json!(true),
+        );
+        set(
+            &mut pod,
+            "/spec/containers/0/securityContext/capabilities/add",
+            json!(["SYS_ADMIN"]),
+        );
+        set(
+            &mut pod,
+            "/spec/volumes",
+            json!([{"name": "h", "hostPath": {"path": "/data"}}]),
+        );
+        assert_eq!(check_pod(&pod, &policy), Ok(()));
+    }
+
+    #[test]
+    fn every_error_is_reported_at_once() {
+        let mut pod = base();
+        set(&mut pod, "/spec/hostNetwork", json!(true));
+        set(&mut pod, "/spec/hostIPC", json!(true));
+        set(&mut pod, "/spec/nodeName", json!("n"));
+        assert_eq!(
+            check_pod(&pod, &Policy::default()).map_err(|e| e.len()),
+            Err(3)
+        );
+    }
+
+    #[test]
+    fn the_bound_node_may_stay_on_update() {
+        let mut old = base();
+        set(&mut old, "/spec/nodeName", json!("n1"));
+        let mut new = old.clone();
+        assert_eq!(check_pod_update(&old, &new, &pool_policy()), Ok(()));
+        set(&mut new, "/spec/nodeName", json!("n2"));
+        assert!(check_pod_update(&old, &new, &pool_policy()).is_err());
+    }
+}

@@ -1,0 +1,80 @@
+//! The kinds the syncer moves, and where each is served.
+
+use kube::api::{ApiResource, GroupVersionKind};
+
+/// A kind the syncer watches, on either side.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    /// core/v1 Pod (down; status and binding up).
+    Pod,
+    /// core/v1 Service (down; status up).
+    Service,
+    /// core/v1 Endpoints of selector-less Services (down).
+    Endpoints,
+    /// discovery.k8s.io/v1 EndpointSlice of selector-less Services (down).
+    EndpointSlice,
+    /// core/v1 ConfigMap (down).
+    ConfigMap,
+    /// core/v1 Secret (down; service account tokens included).
+    Secret,
+    /// core/v1 PersistentVolumeClaim (down; status up).
+    PersistentVolumeClaim,
+    /// core/v1 Event (up).
+    Event,
+    /// core/v1 Node (up).
+    Node,
+}
+
+impl Kind {
+    /// The kinds copied from tenant to host.
+    pub const DOWN: [Kind; 7] = [
+        Kind::Pod,
+        Kind::Service,
+        Kind::Endpoints,
+        Kind::EndpointSlice,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::PersistentVolumeClaim,
+    ];
+
+    /// Every kind watched on the host.
+    pub const HOST: [Kind; 9] = [
+        Kind::Pod,
+        Kind::Service,
+        Kind::Endpoints,
+        Kind::EndpointSlice,
+        Kind::ConfigMap,
+        Kind::Secret,
+        Kind::PersistentVolumeClaim,
+        Kind::Event,
+        Kind::Node,
+    ];
+
+    /// The API resource of the kind.
+    pub fn api_resource(self) -> ApiResource {
+        let (group, kind, plural) = match self {
+            Kind::Pod => ("", "Pod", "pods"),
+            Kind::Service => ("", "Service", "services"),
+            Kind::Endpoints => ("", "Endpoints", "endpoints"),
+            Kind::EndpointSlice => ("discovery.k8s.io", "EndpointSlice", "endpointslices"),
+            Kind::ConfigMap => ("", "ConfigMap", "configmaps"),
+            Kind::Secret => ("", "Secret", "secrets"),
+            Kind::PersistentVolumeClaim => ("", "PersistentVolumeClaim", "persistentvolumeclaims"),
+            Kind::Event => ("", "Event", "events"),
+            Kind::Node => ("", "Node", "nodes"),
+        };
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
+    }
+
+    /// The kind an Event's `involvedObject.kind` names, among those synced down.
+    pub fn from_kind_name(kind: &str) -> Option<Kind> {
+        Kind::DOWN
+            .into_iter()
+            .find(|k| k.api_resource().kind == kind)
+    }
+
+    /// Whether the kind is cluster-scoped.
+    pub fn cluster_scoped(self) -> bool {
+        self == Kind::Node
+    }
+}

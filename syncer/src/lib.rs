@@ -1,0 +1,263 @@
+//! The syncer: runs a tenant cluster's workloads on the shared host cluster.
+//!
+//! ```text
+//!  tenant API server (virtual)                     host cluster, namespace fabrik-<tenant>
+//!  Pods, Services, Endpoints(Slices),   ──down──▶  <name>-x-<ns>-x-<tenant>, labelled
+//!  ConfigMaps, Secrets, PVCs                       fabrik.dev/tenant + fabrik.dev/namespace,
+//!                                                  built by allow-list (pods.rs, services.rs,
+//!                                                  objects.rs), policy injected
+//!  pod / service / PVC status, binding, ◀──up────  host status, Events, Nodes in use
+//!  Events, Nodes (GPU share)
+//! ```
+//!
+//! # Public API (what the tenant manager calls)
+//!
+//! * [`HostInformers::new`]`(host)`: once per process. One host watch per kind, shared by every
+//!   tenant (filtered by the `fabrik.dev/tenant` label, routed by label *and* namespace).
+//! * [`run`]`(TenantSync, tenant_client, host_informers, shutdown)`: one per tenant; returns when
+//!   `shutdown` resolves.
+//! * [`check_pod`] / [`check_pod_update`]: pod admission for the tenant API server, with the
+//!   [`Policy`] that the syncer enforces again when it builds host pods.
+//!
+//! # Guarantees
+//!
+//! * **Allow-list.** A host object holds only fields this crate names; an unknown field of a
+//!   tenant object never reaches the host.
+//! * **Idempotent and restart-safe.** The only state is two caches filled by list + watch; the
+//!   link between a tenant object and its host copy is the host name and the origin
+//!   annotations, so a new syncer (or a second one) converges on the same objects.
+//! * **Tenant confinement.** The syncer writes only in `fabrik-<tenant>` and only to host objects
+//!   whose labels and annotations name this tenant's object.
+//!
+//! # Not done here
+//!
+//! Proxying logs / exec / attach / port-forward and quota checks (the tenant manager); Ingresses
+//! and extra kinds from the Tenant's sync config; a TokenRequest-based service account token
+//! (tokens are copied from `kubernetes.io/service-account-token` Secrets, or left out).
+
+#![forbid(unsafe_code)]
+
+pub mod admission;
+pub mod cache;
+pub mod events;
+pub mod gpu;
+pub mod informers;
+pub mod kinds;
+pub mod naming;
+pub mod nodes;
+pub mod objects;
+pub mod pods;
+pub mod policy;
+pub mod queue;
+pub mod reconcile;
+pub mod services;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, DynamicObject};
+use kube::runtime::{watcher, WatchStreamExt};
+use serde_json::Value;
+
+pub use admission::{check_pod, check_pod_update};
+pub use informers::HostInformers;
+pub use policy::{GpuSharing, Policy};
+
+use cache::Cache;
+use kinds::Kind;
+use queue::{Key, Queue};
+
+/// One tenant's syncer configuration.
+#[derive(Clone, Debug)]
+pub struct TenantSync {
+    /// The tenant's name.
+    pub tenant: String,
+    /// Its host namespace, `fabrik-<tenant>` (must exist).
+    pub host_namespace: String,
+    /// What the tenant may do on the host.
+    pub policy: Policy,
+}
+
+/// Errors of [`run`].
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The host namespace is not the tenant's (`fabrik-<tenant>`).
+    #[error("host namespace {found:?} is not {expected:?}")]
+    HostNamespace {
+        /// What was given.
+        found: String,
+        /// What the naming scheme requires.
+        expected: String,
+    },
+}
+
+/// Keys reconciled together.
+const BATCH: usize = 64;
+
+/// How long a failed key waits before it is tried again.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Every object is looked at again this often, whatever the watches said.
+const RESYNC: Duration = Duration::from_secs(300);
+
+/// Runs the tenant's syncer until `shutdown` resolves. Restart-safe and idempotent: any number
+/// of runs, one after another, converge on the same host objects.
+pub async fn run(
+    sync: TenantSync,
+    tenant: kube::Client,
+    host: HostInformers,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    let expected = naming::host_namespace(&sync.tenant);
+    if sync.host_namespace != expected {
+        return Err(Error::HostNamespace {
+            found: sync.host_namespace,
+            expected,
+        });
+    }
+    let queue = Arc::new(Queue::default());
+    let mut tasks = tokio::task::JoinSet::new();
+
+    // Tenant side: one watch per kind, feeding a cache and the queue.
+    let mut tenant_caches = HashMap::new();
+    for kind in Kind::DOWN.into_iter().chain([Kind::Node]) {
+        let cache = Arc::new(Cache::default());
+        tenant_caches.insert(kind, cache.clone());
+        let api: Api<DynamicObject> = Api::all_with(tenant.clone(), &kind.api_resource());
+        let config = if kind == Kind::Node {
+            watcher::Config::default().labels(&format!("{}=true", fabrik_api::LABEL_SYNCED_NODE))
+        } else {
+            watcher::Config::default()
+        };
+        let q = queue.clone();
+        let stream = watcher(api, config).default_backoff();
+        tasks.spawn(cache::feed(cache, stream, move |v| {
+            enqueue_tenant(&q, kind, v)
+        }));
+    }
+
+    // Host side: subscriptions to the shared watches.
+    let mut host_caches = HashMap::new();
+    let mut subscriptions = Vec::new();
+    for kind in Kind::HOST {
+        let q = queue.clone();
+        let sub = host.subscribe(
+            kind,
+            &sync.tenant,
+            Arc::new(move |v: &Value| enqueue_host(&q, kind, v)),
+        );
+        host_caches.insert(kind, sub.cache.clone());
+        subscriptions.push(sub);
+    }
+
+    let ctx = Arc::new(reconcile::Context {
+        tenant: sync.tenant.clone(),
+        host_namespace: sync.host_namespace.clone(),
+        policy: sync.policy,
+        tenant_client: tenant,
+        host_client: host.client(),
+        tenant_caches,
+        host_caches,
+    });
+    let work = work(ctx, queue);
+    tokio::select! {
+        _ = shutdown => {},
+        _ = work => {},
+    }
+    tasks.abort_all();
+    drop(subscriptions);
+    Ok(())
+}
+
+/// Waits for every cache to be listed (deciding that a host object is orphaned needs the whole
+/// tenant list), then reconciles keys forever.
+async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
+    for c in ctx.tenant_caches.values().chain(ctx.host_caches.values()) {
+        c.wait_ready().await;
+    }
+    tracing::info!(tenant = %ctx.tenant, "syncer caches listed; syncing");
+    let mut resync = tokio::time::interval(RESYNC);
+    resync.tick().await;
+    loop {
+        let batch = tokio::select! {
+            b = queue.take(BATCH) => b,
+            _ = resync.tick() => {
+                resync_all(&ctx, &queue);
+                continue;
+            }
+        };
+        let steps = batch.into_iter().map(|key| {
+            let ctx = ctx.clone();
+            let queue = queue.clone();
+            async move {
+                if let Err(e) = reconcile::reconcile(&ctx, &key).await {
+                    tracing::warn!(tenant = %ctx.tenant, ?key, error = %e, "sync failed; retrying");
+                    tokio::spawn(async move {
+                        tokio::time::sleep(RETRY).await;
+                        queue.push(key);
+                    });
+                }
+            }
+        });
+        futures::future::join_all(steps).await;
+    }
+}
+
+fn resync_all(ctx: &reconcile::Context, queue: &Queue) {
+    for (kind, cache) in &ctx.tenant_caches {
+        for v in cache.list() {
+            enqueue_tenant(queue, *kind, &v);
+        }
+    }
+    for (kind, cache) in &ctx.host_caches {
+        if *kind != Kind::Event {
+            for v in cache.list() {
+                enqueue_host(queue, *kind, &v);
+            }
+        }
+    }
+}
+
+fn key(kind: Kind, namespace: &str, name: &str) -> Key {
+    Key {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    }
+}
+
+fn enqueue_tenant(queue: &Queue, kind: Kind, v: &Value) {
+    let (ns, name) = cache::key_of(v);
+    queue.push(key(kind, &ns, &name));
+    match kind {
+        // A Service changing its selector changes whether its endpoints are synced.
+        Kind::Service => queue.push(key(Kind::Endpoints, &ns, &name)),
+        Kind::Pod => {
+            if let Some(n) = v["spec"]["nodeName"].as_str() {
+                queue.push(key(Kind::Node, "", n));
+            }
+        }
+        _ => {}
+    }
+}
+
+fn enqueue_host(queue: &Queue, kind: Kind, v: &Value) {
+    let (ns, name) = cache::key_of(v);
+    match kind {
+        Kind::Node => queue.push(key(Kind::Node, "", &name)),
+        Kind::Event => queue.push(key(Kind::Event, &ns, &name)),
+        _ => {
+            if let Some(o) = naming::origin(v) {
+                queue.push(key(kind, &o.namespace, &o.name));
+            }
+            if kind == Kind::Pod {
+                if let Some(n) = v["spec"]["nodeName"].as_str() {
+                    queue.push(key(Kind::Node, "", n));
+                }
+            }
+        }
+    }
+}

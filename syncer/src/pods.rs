@@ -1,0 +1,860 @@
+//! Tenant pod → host pod, built field by field from an allow-list.
+//!
+//! Nothing of the tenant's spec reaches the host unless it is named here. References to
+//! ConfigMaps, Secrets, PVCs and image pull Secrets are rewritten to host names; the downward
+//! API's `metadata.name` / `namespace` / `uid` and `spec.serviceAccountName` are pointed at the
+//! host pod's origin annotations (so the container still sees its tenant identity); the pool's
+//! node selector, tolerations and runtimeClass are injected; GPU requests are mapped by sharing
+//! mode; privileged settings pass only where the policy allows them. A projected service
+//! account token becomes the tenant's `kubernetes.io/service-account-token` Secret (copied to the
+//! host like any Secret), or is left out, with a log line, when the tenant has none.
+//!
+//! Not carried over (documented limits): affinity and topology spread constraints (their label
+//! selectors would reach other tenants' pods), `nodeName`, `schedulerName`, `priority`,
+//! `hostAliases`, `readinessGates`, resource claims, inline CSI / image / other volume sources
+//! (replaced by `emptyDir` so that mounts still resolve), `mountPropagation`, probe `host`s.
+
+use std::collections::BTreeMap;
+
+use fabrik_api::{
+    ANNOTATION_VIRTUAL_NAME, ANNOTATION_VIRTUAL_NAMESPACE, ANNOTATION_VIRTUAL_SERVICE_ACCOUNT,
+    ANNOTATION_VIRTUAL_UID,
+};
+use serde_json::{json, Map, Value};
+
+use crate::admission::BASELINE_CAPABILITIES;
+use crate::gpu;
+use crate::naming;
+use crate::policy::Policy;
+
+/// Errors building a host pod.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The tenant pod has no name or namespace.
+    #[error("tenant pod has no name or namespace")]
+    Unnamed,
+}
+
+/// What the pod builder needs to know besides the pod.
+#[derive(Clone, Debug)]
+pub struct PodContext<'a> {
+    /// The tenant.
+    pub tenant: &'a str,
+    /// The tenant's policy.
+    pub policy: &'a Policy,
+    /// Name (in the tenant) of a `kubernetes.io/service-account-token` Secret of the pod's
+    /// service account, if there is one.
+    pub token_secret: Option<&'a str>,
+}
+
+/// Builds the host pod for a tenant pod.
+pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
+    let meta = &pod["metadata"];
+    let name = meta["name"].as_str().ok_or(Error::Unnamed)?;
+    let ns = meta["namespace"].as_str().ok_or(Error::Unnamed)?;
+    let spec = &pod["spec"];
+    let sa = spec["serviceAccountName"].as_str().unwrap_or("default");
+    let mut extra = naming::tenant_annotations(pod);
+    extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
+    let metadata = naming::host_metadata(pod, ctx.tenant, naming::tenant_labels(pod), extra);
+    let r = Rewriter {
+        ns,
+        tenant: ctx.tenant,
+        policy: ctx.policy,
+    };
+
+    let mut out = Map::new();
+    for field in [
+        "restartPolicy",
+        "terminationGracePeriodSeconds",
+        "activeDeadlineSeconds",
+        "subdomain",
+        "shareProcessNamespace",
+        "os",
+        "setHostnameAsFQDN",
+    ] {
+        copy(spec, &mut out, field);
+    }
+    out.insert("hostname".into(), json!(hostname(spec, name)));
+    out.insert("enableServiceLinks".into(), json!(false));
+    out.insert("automountServiceAccountToken".into(), json!(false));
+    for (field, what) in [
+        ("containers", "containers"),
+        ("initContainers", "initContainers"),
+    ] {
+        if let Some(list) = spec[field].as_array() {
+            let built: Vec<Value> = list.iter().map(|c| r.container(c)).collect();
+            out.insert(what.into(), Value::Array(built));
+        }
+    }
+    if let Some(vols) = spec["volumes"].as_array() {
+        let built: Vec<Value> = vols
+            .iter()
+            .map(|v| r.volume(v, name, ctx.token_secret))
+            .collect();
+        out.insert("volumes".into(), Value::Array(built));
+    }
+    if let Some(secrets) = spec["imagePullSecrets"].as_array() {
+        let built: Vec<Value> = secrets
+            .iter()
+            .filter_map(|s| s["name"].as_str())
+            .map(|s| json!({"name": r.name(s)}))
+            .collect();
+        out.insert("imagePullSecrets".into(), Value::Array(built));
+    }
+    out.insert(
+        "securityContext".into(),
+        r.pod_security(&spec["securityContext"]),
+    );
+    // Scheduling: the pool's selector wins over the tenant's keys; only the pool's tolerations.
+    let mut selector = naming::string_map(&spec["nodeSelector"]);
+    selector.extend(ctx.policy.node_selector.clone());
+    if !selector.is_empty() {
+        out.insert("nodeSelector".into(), json!(selector));
+    }
+    if !ctx.policy.tolerations.is_empty() {
+        out.insert("tolerations".into(), json!(ctx.policy.tolerations));
+    }
+    if let Some(rc) = &ctx.policy.runtime_class {
+        out.insert("runtimeClassName".into(), json!(rc));
+    }
+    if let Some(pc) = spec["priorityClassName"].as_str() {
+        if ctx.policy.allowed_priority_classes.iter().any(|a| a == pc) {
+            out.insert("priorityClassName".into(), json!(pc));
+        }
+    }
+    if ctx.policy.allow_host_namespaces {
+        for f in ["hostNetwork", "hostPID", "hostIPC"] {
+            copy(spec, &mut out, f);
+        }
+    }
+    r.dns(spec, &mut out);
+    Ok(json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": out}))
+}
+
+/// The pod's hostname inside the container: the tenant's, or its name cut to a DNS label.
+fn hostname(spec: &Value, name: &str) -> String {
+    if let Some(h) = spec["hostname"].as_str().filter(|h| !h.is_empty()) {
+        return h.to_string();
+    }
+    let first = name.split('.').next().unwrap_or(name);
+    let mut h: String = first.chars().take(naming::MAX_NAME).collect();
+    while h.ends_with('-') {
+        h.pop();
+    }
+    h
+}
+
+fn copy(from: &Value, to: &mut Map<String, Value>, field: &str) {
+    if let Some(v) = from.get(field).filter(|v| !v.is_null()) {
+        to.insert(field.to_string(), v.clone());
+    }
+}
+
+/// Rewrites the parts of one pod.
+struct Rewriter<'a> {
+    ns: &'a str,
+    tenant: &'a str,
+    policy: &'a Policy,
+}
+
+impl Rewriter<'_> {
+    /// Host name of a namespaced object the pod refers to.
+    fn name(&self, name: &str) -> String {
+        naming::host_name(name, self.ns, self.tenant)
+    }
+
+    fn container(&self, c: &Value) -> Value {
+        let mut out = Map::new();
+        for f in [
+            "name",
+            "image",
+            "command",
+            "args",
+            "workingDir",
+            "imagePullPolicy",
+            "terminationMessagePath",
+            "terminationMessagePolicy",
+            "stdin",
+            "stdinOnce",
+            "tty",
+            "restartPolicy",
+        ] {
+            copy(c, &mut out, f);
+        }
+        if let Some(ports) = c["ports"].as_array() {
+            let ports: Vec<Value> = ports
+                .iter()
+                .map(|p| {
+                    let mut o = Map::new();
+                    for f in ["name", "containerPort", "protocol"] {
+                        copy(p, &mut o, f);
+                    }
+                    if self.policy.allow_host_namespaces {
+                        copy(p, &mut o, "hostPort");
+                    }
+                    Value::Object(o)
+                })
+                .collect();
+            out.insert("ports".into(), Value::Array(ports));
+        }
+        if let Some(env) = c["env"].as_array() {
+            let env: Vec<Value> = env.iter().map(|e| self.env(e)).collect();
+            out.insert("env".into(), Value::Array(env));
+        }
+        if let Some(from) = c["envFrom"].as_array() {
+            let from: Vec<Value> = from.iter().filter_map(|e| self.env_from(e)).collect();
+            out.insert("envFrom".into(), Value::Array(from));
+        }
+        let mut resources = Map::new();
+        for kind in ["requests", "limits"] {
+            let mapped = gpu::map_resource_list(&c["resources"][kind], &self.policy.gpu_sharing);
+            if !mapped.is_empty() {
+                resources.insert(kind.into(), Value::Object(mapped));
+            }
+        }
+        if !resources.is_empty() {
+            out.insert("resources".into(), Value::Object(resources));
+        }
+        if let Some(mounts) = c["volumeMounts"].as_array() {
+            let mounts: Vec<Value> = mounts
+                .iter()
+                .map(|m| {
+                    let mut o = Map::new();
+                    for f in ["name", "mountPath", "subPath", "subPathExpr", "readOnly"] {
+                        copy(m, &mut o, f);
+                    }
+                    Value::Object(o)
+                })
+                .collect();
+            out.insert("volumeMounts".into(), Value::Array(mounts));
+        }
+        for probe in ["livenessProbe", "readinessProbe", "startupProbe"] {
+            if c[probe].is_object() {
+                out.insert(probe.into(), self.probe(&c[probe]));
+            }
+        }
+        if c["lifecycle"].is_object() {
+            let mut o = Map::new();
+            for hook in ["postStart", "preStop"] {
+                if c["lifecycle"][hook].is_object() {
+                    o.insert(hook.into(), handler(&c["lifecycle"][hook]));
+                }
+            }
+            out.insert("lifecycle".into(), Value::Object(o));
+        }
+        if c["securityContext"].is_object() {
+            out.insert(
+                "securityContext".into(),
+                self.container_security(&c["securityContext"]),
+            );
+        }
+        Value::Object(out)
+    }
+
+    fn env(&self, e: &Value) -> Value {
+        let mut o = Map::new();
+        copy(e, &mut o, "name");
+        copy(e, &mut o, "value");
+        let from = &e["valueFrom"];
+        if from.is_object() {
+            let mut f = Map::new();
+            for (kind, key) in [("configMapKeyRef", "name"), ("secretKeyRef", "name")] {
+                if from[kind].is_object() {
+                    let r = &from[kind];
+                    f.insert(
+                        kind.into(),
+                        json!({"name": self.name(r[key].as_str().unwrap_or("")),
+                               "key": r["key"], "optional": r["optional"]}),
+                    );
+                }
+            }
+            if from["fieldRef"].is_object() {
+                f.insert("fieldRef".into(), field_ref(&from["fieldRef"]));
+            }
+            if from["resourceFieldRef"].is_object() {
+                f.insert("resourceFieldRef".into(), from["resourceFieldRef"].clone());
+            }
+            strip_nulls(&mut f);
+            o.insert("valueFrom".into(), Value::Object(f));
+        }
+        Value::Object(o)
+    }
+
+    fn env_from(&self, e: &Value) -> Option<Value> {
+        let mut o = Map::new();
+        copy(e, &mut o, "prefix");
+        for kind in ["configMapRef", "secretRef"] {
+            if e[kind].is_object() {
+                let name = e[kind]["name"].as_str()?;
+                let mut r = Map::new();
+                r.insert("name".into(), json!(self.name(name)));
+                copy(&e[kind], &mut r, "optional");
+                o.insert(kind.into(), Value::Object(r));
+            }
+        }
+        Some(Value::Object(o))
+    }
+
+    fn probe(&self, p: &Value) -> Value {
+        let mut o = match handler(p) {
+            Value::Object(o) => o,
+            _ => Map::new(),
+        };
+        for f in [
+            "initialDelaySeconds",
+            "timeoutSeconds",
+            "periodSeconds",
+            "successThreshold",
+            "failureThreshold",
+            "terminationGracePeriodSeconds",
+        ] {
+            copy(p, &mut o, f);
+        }
+        if p["grpc"].is_object() {
+            o.insert("grpc".into(), p["grpc"].clone());
+        }
+        Value::Object(o)
+    }
+
+    fn container_security(&self, sc: &Value) -> Value {
+        let mut o = Map::new();
+        for f in [
+            "runAsUser",
+            "runAsGroup",
+            "runAsNonRoot",
+            "readOnlyRootFilesystem",
+            "allowPrivilegeEscalation",
+        ] {
+            copy(sc, &mut o, f);
+        }
+        let privileged = self.policy.allow_privileged;
+        if privileged {
+            for f in ["privileged", "procMount", "seLinuxOptions"] {
+                copy(sc, &mut o, f);
+            }
+        }
+        if sc["capabilities"].is_object() {
+            let mut caps = Map::new();
+            copy(&sc["capabilities"], &mut caps, "drop");
+            if let Some(add) = sc["capabilities"]["add"].as_array() {
+                let add: Vec<Value> = add
+                    .iter()
+                    .filter(|c| {
+                        let n = c.as_str().unwrap_or("");
+                        privileged
+                            || BASELINE_CAPABILITIES.contains(&n.strip_prefix("CAP_").unwrap_or(n))
+                    })
+                    .cloned()
+                    .collect();
+                caps.insert("add".into(), Value::Array(add));
+            }
+            o.insert("capabilities".into(), Value::Object(caps));
+        }
+        self.confinement(sc, &mut o);
+        Value::Object(o)
+    }
+
+    /// seccomp and AppArmor profiles: `Unconfined` only for privileged tenants.
+    fn confinement(&self, sc: &Value, o: &mut Map<String, Value>) {
+        for f in ["seccompProfile", "appArmorProfile"] {
+            let t = sc[f]["type"].as_str();
+            if t.is_some() && (t != Some("Unconfined") || self.policy.allow_privileged) {
+                o.insert(f.into(), sc[f].clone());
+            }
+        }
+    }
+
+    fn pod_security(&self, sc: &Value) -> Value {
+        let mut o = Map::new();
+        for f in [
+            "runAsUser",
+            "runAsGroup",
+            "runAsNonRoot",
+            "fsGroup",
+            "fsGroupChangePolicy",
+            "supplementalGroups",
+        ] {
+            copy(sc, &mut o, f);
+        }
+        if self.policy.allow_privileged {
+            copy(sc, &mut o, "sysctls");
+            copy(sc, &mut o, "seLinuxOptions");
+        }
+        self.confinement(sc, &mut o);
+        Value::Object(o)
+    }
+
+    fn volume(&self, v: &Value, pod: &str, token_secret: Option<&str>) -> Value {
+        let name = v["name"].clone();
+        if v["emptyDir"].is_object() {
+            return json!({"name": name, "emptyDir": v["emptyDir"]});
+        }
+        if v["configMap"].is_object() {
+            let mut cm = v["configMap"].clone();
+            cm["name"] = json!(self.name(cm["name"].as_str().unwrap_or("")));
+            return json!({"name": name, "configMap": cm});
+        }
+        if v["secret"].is_object() {
+            let mut s = v["secret"].clone();
+            s["secretName"] = json!(self.name(s["secretName"].as_str().unwrap_or("")));
+            return json!({"name": name, "secret": s});
+        }
+        if v["persistentVolumeClaim"].is_object() {
+            let c = &v["persistentVolumeClaim"];
+            return json!({"name": name, "persistentVolumeClaim": {
+                "claimName": self.name(c["claimName"].as_str().unwrap_or("")),
+                "readOnly": c["readOnly"].as_bool().unwrap_or(false)}});
+        }
+        if v["downwardAPI"].is_object() {
+            let mut d = v["downwardAPI"].clone();
+            rewrite_downward_items(&mut d["items"]);
+            return json!({"name": name, "downwardAPI": d});
+        }
+        if v["projected"].is_object() {
+            return json!({"name": name, "projected": self.projected(&v["projected"], pod, token_secret)});
+        }
+        if v["ephemeral"].is_object() {
+            let t = &v["ephemeral"]["volumeClaimTemplate"];
+            return json!({"name": name, "ephemeral": {"volumeClaimTemplate": {
+                "spec": crate::objects::pvc_spec(&t["spec"], self.ns, self.tenant)}}});
+        }
+        if v["hostPath"].is_object() && self.policy.allow_host_path {
+            return json!({"name": name, "hostPath": v["hostPath"]});
+        }
+        tracing::warn!(tenant = self.tenant, namespace = self.ns, pod, volume = %name,
+            "volume source not allowed on the host; replaced by an empty directory");
+        json!({"name": name, "emptyDir": {}})
+    }
+
+    fn projected(&self, p: &Value, pod: &str, token_secret: Option<&str>) -> Value {
+        let mut sources = Vec::new();
+        for s in p["sources"].as_array().into_iter().flatten() {
+            if s["configMap"].is_object() {
+                let mut cm = s["configMap"].clone();
+                cm["name"] = json!(self.name(cm["name"].as_str().unwrap_or("")));
+                sources.push(json!({"configMap": cm}));
+            } else if s["secret"].is_object() {
+                let mut sec = s["secret"].clone();
+                sec["name"] = json!(self.name(sec["name"].as_str().unwrap_or("")));
+                sources.push(json!({"secret": sec}));
+            } else if s["downwardAPI"].is_object() {
+                let mut d = s["downwardAPI"].clone();
+                rewrite_downward_items(&mut d["items"]);
+                sources.push(json!({"downwardAPI": d}));
+            } else if s["serviceAccountToken"].is_object() {
+                let path = s["serviceAccountToken"]["path"].as_str().unwrap_or("token");
+                match token_secret {
+                    Some(secret) => sources.push(json!({"secret": {
+                        "name": self.name(secret),
+                        "items": [{"key": "token", "path": path}]}})),
+                    None => tracing::info!(
+                        tenant = self.tenant,
+                        namespace = self.ns,
+                        pod,
+                        "no service-account-token Secret for the pod's service account; \
+                         the projected token is left out of the host pod"
+                    ),
+                }
+            }
+        }
+        let mut out = json!({"sources": sources});
+        if let Some(mode) = p.get("defaultMode").filter(|m| !m.is_null()) {
+            out["defaultMode"] = mode.clone();
+        }
+        out
+    }
+
+    fn dns(&self, spec: &Value, out: &mut Map<String, Value>) {
+        match &self.policy.dns_nameserver {
+            Some(server) if spec["dnsPolicy"].as_str() != Some("Default") => {
+                let mut searches = vec![
+                    format!("{}.svc.cluster.local", self.ns),
+                    "svc.cluster.local".to_string(),
+                    "cluster.local".to_string(),
+                ];
+                let mut options = vec![json!({"name": "ndots", "value": "5"})];
+                let mut nameservers = vec![server.clone()];
+                if spec["dnsPolicy"].as_str() == Some("None") {
+                    // The tenant's own configuration, used as given.
+                    nameservers = strings(&spec["dnsConfig"]["nameservers"]);
+                    searches = strings(&spec["dnsConfig"]["searches"]);
+                    options = Vec::new();
+                }
+                if let Some(extra) = spec["dnsConfig"]["options"].as_array() {
+                    options.extend(extra.iter().cloned());
+                }
+                out.insert("dnsPolicy".into(), json!("None"));
+                out.insert(
+                    "dnsConfig".into(),
+                    json!({"nameservers": nameservers, "searches": searches, "options": options}),
+                );
+            }
+            _ => {
+                copy(spec, out, "dnsPolicy");
+                copy(spec, out, "dnsConfig");
+            }
+        }
+    }
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An exec / httpGet / tcpSocket / sleep handler, with any `host` (which would aim the node's
+/// kubelet at an arbitrary address) removed.
+fn handler(h: &Value) -> Value {
+    let mut o = Map::new();
+    if h["exec"].is_object() {
+        o.insert("exec".into(), json!({"command": h["exec"]["command"]}));
+    }
+    for f in ["httpGet", "tcpSocket"] {
+        if let Some(m) = h[f].as_object() {
+            let mut m = m.clone();
+            m.remove("host");
+            o.insert(f.into(), Value::Object(m));
+        }
+    }
+    if h["sleep"].is_object() {
+        o.insert("sleep".into(), h["sleep"].clone());
+    }
+    Value::Object(o)
+}
+
+/// Downward API field paths that would read the host pod's identity point at its origin
+/// annotations instead.
+fn field_ref(f: &Value) -> Value {
+    let path = f["fieldPath"].as_str().unwrap_or("");
+    let annotation = match path {
+        "metadata.name" => Some(ANNOTATION_VIRTUAL_NAME),
+        "metadata.namespace" => Some(ANNOTATION_VIRTUAL_NAMESPACE),
+        "metadata.uid" => Some(ANNOTATION_VIRTUAL_UID),
+        "spec.serviceAccountName" => Some(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT),
+        _ => None,
+    };
+    match annotation {
+        Some(a) => json!({"fieldPath": format!("metadata.annotations['{a}']")}),
+        None => json!({"fieldPath": path}),
+    }
+}
+
+fn rewrite_downward_items(items: &mut Value) {
+    if let Some(items) = items.as_array_mut() {
+        for item in items {
+            if item["fieldRef"].is_object() {
+                item["fieldRef"] = field_ref(&item["fieldRef"]);
+            }
+        }
+    }
+}
+
+fn strip_nulls(m: &mut Map<String, Value>) {
+    for v in m.values_mut() {
+        if let Some(o) = v.as_object_mut() {
+            o.retain(|_, v| !v.is_null());
+        }
+    }
+}
+
+/// The status fields copied from a host pod to its tenant pod.
+pub const STATUS_FIELDS: &[&str] = &[
+    "phase",
+    "conditions",
+    "message",
+    "reason",
+    "hostIP",
+    "hostIPs",
+    "podIP",
+    "podIPs",
+    "startTime",
+    "containerStatuses",
+    "initContainerStatuses",
+    "ephemeralContainerStatuses",
+];
+
+/// The tenant pod status for a host pod's status (only [`STATUS_FIELDS`]).
+pub fn tenant_status(host: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    for f in STATUS_FIELDS {
+        copy(&host["status"], &mut out, f);
+    }
+    out
+}
+
+/// Labels of host pods that a tenant Service selector `selector` in `namespace` must match.
+pub fn host_selector(
+    selector: &BTreeMap<String, String>,
+    namespace: &str,
+    tenant: &str,
+) -> BTreeMap<String, String> {
+    let mut s = selector.clone();
+    s.retain(|k, _| !k.starts_with(fabrik_api::RESERVED_PREFIX));
+    s.insert(fabrik_api::LABEL_TENANT.into(), tenant.into());
+    s.insert(fabrik_api::LABEL_NAMESPACE.into(), namespace.into());
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::GpuSharing;
+    use k8s_openapi::api::core::v1::Toleration;
+
+    fn policy() -> Policy {
+        Policy {
+            node_selector: [("pool".to_string(), "a".to_string())].into(),
+            tolerations: vec![Toleration {
+                key: Some("pool".into()),
+                operator: Some("Equal".into()),
+                value: Some("a".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            runtime_class: Some("kata".into()),
+            gpu_sharing: GpuSharing::Mig("1g.18gb".into()),
+            ..Default::default()
+        }
+    }
+
+    fn build(pod: &Value, token: Option<&str>) -> Value {
+        let p = policy();
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+            token_secret: token,
+        };
+        host_pod(pod, &ctx).expect("build")
+    }
+
+    fn hostile() -> Value {
+        json!({"metadata": {"name": "web-1", "namespace": "prod", "uid": "u-1",
+                "labels": {"app": "web", "fabrik.dev/tenant": "b"},
+                "annotations": {"container.apparmor.security.beta.kubernetes.io/c": "unconfined", "team": "x"},
+                "ownerReferences": [{"kind": "ReplicaSet", "name": "web"}]},
+            "spec": {
+                "nodeName": "victim", "hostNetwork": true, "hostPID": true, "hostIPC": true,
+                "schedulerName": "evil", "priority": 1000000000, "priorityClassName": "system-node-critical",
+                "serviceAccountName": "builder", "runtimeClassName": "runc",
+                "nodeSelector": {"pool": "b", "disk": "ssd"},
+                "tolerations": [{"operator": "Exists"}],
+                "affinity": {"nodeAffinity": {}}, "hostAliases": [{"ip": "1.2.3.4"}],
+                "securityContext": {"sysctls": [{"name": "kernel.shm_rmid_forced", "value": "0"}],
+                    "seccompProfile": {"type": "Unconfined"}, "runAsUser": 1000},
+                "imagePullSecrets": [{"name": "regcred"}],
+                "unknownField": {"x": 1},
+                "containers": [{"name": "c", "image": "nginx", "unknown": true,
+                    "ports": [{"containerPort": 80, "hostPort": 80, "hostIP": "0.0.0.0"}],
+                    "env": [
+                        {"name": "A", "value": "1"},
+                        {"name": "CM", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "k"}}},
+                        {"name": "S", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "k"}}},
+                        {"name": "ME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}],
+                    "envFrom": [{"configMapRef": {"name": "cfg"}}, {"secretRef": {"name": "sec"}, "prefix": "S_"}],
+                    "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "2", "example.com/x": "1"}},
+                    "volumeMounts": [{"name": "data", "mountPath": "/data", "mountPropagation": "Bidirectional"}],
+                    "livenessProbe": {"httpGet": {"host": "10.0.0.1", "path": "/", "port": 80}, "periodSeconds": 5},
+                    "securityContext": {"privileged": true, "capabilities": {"add": ["SYS_ADMIN", "CHOWN"], "drop": ["ALL"]},
+                        "procMount": "Unmasked", "runAsNonRoot": true}}],
+                "volumes": [
+                    {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+                    {"name": "cfg", "configMap": {"name": "cfg"}},
+                    {"name": "sec", "secret": {"secretName": "sec"}},
+                    {"name": "root", "hostPath": {"path": "/"}},
+                    {"name": "csi", "csi": {"driver": "x"}},
+                    {"name": "token", "projected": {"sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3600}},
+                        {"configMap": {"name": "kube-root-ca.crt"}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}}]}}]}})
+    }
+
+    #[test]
+    fn names_labels_and_annotations() {
+        let h = build(&hostile(), None);
+        let m = &h["metadata"];
+        assert_eq!(m["name"], "web-1-x-prod-x-a");
+        assert_eq!(m["namespace"], "fabrik-a");
+        assert_eq!(m["labels"]["fabrik.dev/tenant"], "a");
+        assert_eq!(m["labels"]["fabrik.dev/namespace"], "prod");
+        assert_eq!(m["labels"]["app"], "web");
+        assert_eq!(m["annotations"]["fabrik.dev/virtual-name"], "web-1");
+        assert_eq!(m["annotations"]["fabrik.dev/virtual-uid"], "u-1");
+        assert_eq!(
+            m["annotations"]["fabrik.dev/virtual-service-account"],
+            "builder"
+        );
+        assert_eq!(m["annotations"]["team"], "x");
+        assert!(m["annotations"]
+            .get("container.apparmor.security.beta.kubernetes.io/c")
+            .is_none());
+        assert!(m.get("ownerReferences").is_none());
+        assert_eq!(h["spec"]["hostname"], "web-1");
+    }
+
+    #[test]
+    fn hostile_fields_never_reach_the_host() {
+        let h = build(&hostile(), None);
+        let s = &h["spec"];
+        for f in [
+            "nodeName",
+            "hostNetwork",
+            "hostPID",
+            "hostIPC",
+            "schedulerName",
+            "priority",
+            "priorityClassName",
+            "serviceAccountName",
+            "affinity",
+            "hostAliases",
+            "unknownField",
+        ] {
+            assert!(s.get(f).is_none(), "{f} reached the host: {}", s[f]);
+        }
+        assert_eq!(s["runtimeClassName"], "kata");
+        assert_eq!(s["nodeSelector"], json!({"pool": "a", "disk": "ssd"}));
+        assert_eq!(
+            s["tolerations"],
+            json!([{"key": "pool", "operator": "Equal", "value": "a", "effect": "NoSchedule"}])
+        );
+        assert_eq!(s["automountServiceAccountToken"], false);
+        assert_eq!(s["enableServiceLinks"], false);
+        assert_eq!(s["securityContext"], json!({"runAsUser": 1000}));
+        let c = &s["containers"][0];
+        assert!(c.get("unknown").is_none());
+        assert_eq!(c["ports"], json!([{"containerPort": 80}]));
+        assert_eq!(
+            c["securityContext"],
+            json!({"runAsNonRoot": true, "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}})
+        );
+        assert_eq!(
+            c["volumeMounts"],
+            json!([{"name": "data", "mountPath": "/data"}])
+        );
+        assert_eq!(
+            c["livenessProbe"],
+            json!({"httpGet": {"path": "/", "port": 80}, "periodSeconds": 5})
+        );
+        assert_eq!(s["volumes"][3], json!({"name": "root", "emptyDir": {}}));
+        assert_eq!(s["volumes"][4], json!({"name": "csi", "emptyDir": {}}));
+    }
+
+    #[test]
+    fn references_are_rewritten() {
+        let h = build(&hostile(), Some("builder-token"));
+        let s = &h["spec"];
+        let c = &s["containers"][0];
+        assert_eq!(c["env"][0], json!({"name": "A", "value": "1"}));
+        assert_eq!(
+            c["env"][1]["valueFrom"]["configMapKeyRef"],
+            json!({"name": "cfg-x-prod-x-a", "key": "k"})
+        );
+        assert_eq!(
+            c["env"][2]["valueFrom"]["secretKeyRef"]["name"],
+            "sec-x-prod-x-a"
+        );
+        assert_eq!(
+            c["env"][3]["valueFrom"]["fieldRef"]["fieldPath"],
+            "metadata.annotations['fabrik.dev/virtual-name']"
+        );
+        assert_eq!(c["envFrom"][0]["configMapRef"]["name"], "cfg-x-prod-x-a");
+        assert_eq!(c["envFrom"][1]["secretRef"]["name"], "sec-x-prod-x-a");
+        assert_eq!(c["envFrom"][1]["prefix"], "S_");
+        assert_eq!(
+            c["resources"]["limits"],
+            json!({"nvidia.com/mig-1g.18gb": "1", "cpu": "2"})
+        );
+        assert_eq!(
+            s["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            "data-x-prod-x-a"
+        );
+        assert_eq!(s["volumes"][1]["configMap"]["name"], "cfg-x-prod-x-a");
+        assert_eq!(s["volumes"][2]["secret"]["secretName"], "sec-x-prod-x-a");
+        assert_eq!(
+            s["imagePullSecrets"],
+            json!([{"name": "regcred-x-prod-x-a"}])
+        );
+        let sources = &s["volumes"][5]["projected"]["sources"];
+        assert_eq!(
+            sources[0],
+            json!({"secret": {"name": "builder-token-x-prod-x-a", "items": [{"key": "token", "path": "token"}]}})
+        );
+        assert_eq!(
+            sources[1]["configMap"]["name"],
+            "kube-root-ca.crt-x-prod-x-a"
+        );
+        assert_eq!(
+            sources[2]["downwardAPI"]["items"][0]["fieldRef"]["fieldPath"],
+            "metadata.annotations['fabrik.dev/virtual-namespace']"
+        );
+    }
+
+    #[test]
+    fn a_missing_token_is_left_out() {
+        let h = build(&hostile(), None);
+        let sources = h["spec"]["volumes"][5]["projected"]["sources"]
+            .as_array()
+            .map(Vec::len);
+        assert_eq!(sources, Some(2));
+    }
+
+    #[test]
+    fn permissive_policy_passes_what_it_allows() {
+        let p = Policy {
+            allow_privileged: true,
+            allow_host_namespaces: true,
+            allow_host_path: true,
+            allowed_priority_classes: vec!["system-node-critical".into()],
+            ..policy()
+        };
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+            token_secret: None,
+        };
+        let h = host_pod(&hostile(), &ctx).expect("build");
+        let s = &h["spec"];
+        assert_eq!(s["hostNetwork"], true);
+        assert_eq!(s["priorityClassName"], "system-node-critical");
+        assert_eq!(s["containers"][0]["securityContext"]["privileged"], true);
+        assert_eq!(s["containers"][0]["ports"][0]["hostPort"], 80);
+        assert_eq!(s["volumes"][3]["hostPath"]["path"], "/");
+        assert!(s.get("nodeName").is_none());
+    }
+
+    #[test]
+    fn dns_points_at_the_tenant_server() {
+        let p = Policy {
+            dns_nameserver: Some("10.96.0.53".into()),
+            ..policy()
+        };
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+            token_secret: None,
+        };
+        let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
+            "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let h = host_pod(&pod, &ctx).expect("build");
+        assert_eq!(h["spec"]["dnsPolicy"], "None");
+        assert_eq!(h["spec"]["dnsConfig"]["nameservers"], json!(["10.96.0.53"]));
+        assert_eq!(
+            h["spec"]["dnsConfig"]["searches"][0],
+            "ns.svc.cluster.local"
+        );
+    }
+
+    #[test]
+    fn status_fields_are_picked() {
+        let host = json!({"status": {"phase": "Running", "podIP": "10.0.0.2", "qosClass": "x",
+            "nominatedNodeName": "n"}});
+        let s = tenant_status(&host);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s["phase"], "Running");
+    }
+}

@@ -1,0 +1,72 @@
+//! What a tenant may do on the host: the part of a Tenant's spec the syncer and the tenant's pod
+//! admission enforce. Built by the tenant manager from the Tenant object; plain data here.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+
+/// How a tenant's GPU requests (`nvidia.com/gpu: N`) are served on the host.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum GpuSharing {
+    /// One whole physical GPU per requested GPU (`nvidia.com/gpu`).
+    #[default]
+    Whole,
+    /// One MIG instance of this profile (for example `1g.18gb`) per requested GPU
+    /// (`nvidia.com/mig-<profile>`).
+    Mig(String),
+    /// One capped share of a GPU per requested GPU, enforced by the node agent
+    /// (`fabrik.dev/shared-gpu-<MiB>mib-<pct>pct`).
+    Shared {
+        /// GPU memory of one share, in MiB.
+        memory_mib: u64,
+        /// Compute of one share, in percent of the GPU's SMs.
+        compute_pct: u32,
+    },
+}
+
+/// The tenant's isolation policy. `Default` is the most restrictive: nothing privileged.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Policy {
+    /// Node selector of the tenant's node pool, put on every host pod (wins over the tenant's
+    /// own keys).
+    pub node_selector: BTreeMap<String, String>,
+    /// Tolerations of the tenant's node pool, put on every host pod; the only tolerations a
+    /// tenant pod may carry.
+    pub tolerations: Vec<Toleration>,
+    /// RuntimeClass every host pod runs with (replaces the tenant's).
+    pub runtime_class: Option<String>,
+    /// Privileged containers, capabilities beyond the baseline set, unconfined seccomp /
+    /// AppArmor, unmasked `/proc`.
+    pub allow_privileged: bool,
+    /// `hostNetwork`, `hostPID`, `hostIPC` and container `hostPort`s.
+    pub allow_host_namespaces: bool,
+    /// `hostPath` volumes.
+    pub allow_host_path: bool,
+    /// How GPU requests are mapped.
+    pub gpu_sharing: GpuSharing,
+    /// PriorityClasses the tenant's pods may name (none by default).
+    pub allowed_priority_classes: Vec<String>,
+    /// The tenant's DNS server; when set, host pods get `dnsPolicy: None` with this nameserver
+    /// and the tenant's search path.
+    pub dns_nameserver: Option<String>,
+}
+
+impl Policy {
+    /// Whether a toleration (as JSON) is one of the pool's tolerations.
+    pub fn allows_toleration(&self, toleration: &serde_json::Value) -> bool {
+        let Ok(t) = serde_json::from_value::<Toleration>(toleration.clone()) else {
+            return false;
+        };
+        self.tolerations.iter().any(|p| same_toleration(p, &t))
+    }
+}
+
+/// Tolerations compare by what they tolerate; `operator` defaults to `Equal`.
+fn same_toleration(a: &Toleration, b: &Toleration) -> bool {
+    let op = |t: &Toleration| t.operator.clone().unwrap_or_else(|| "Equal".into());
+    a.key == b.key
+        && op(a) == op(b)
+        && a.value.clone().unwrap_or_default() == b.value.clone().unwrap_or_default()
+        && a.effect == b.effect
+        && (a.toleration_seconds == b.toleration_seconds || b.toleration_seconds.is_none())
+}

@@ -1,0 +1,621 @@
+//! One reconcile step per key: compare what the tenant holds with what the host holds (both read
+//! from the caches) and make one write to close the gap. Every step is idempotent: it can run any
+//! number of times, after any restart, and converges on the same host objects.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{json, Map, Value};
+
+use crate::cache::Cache;
+use crate::kinds::Kind;
+use crate::policy::Policy;
+use crate::queue::Key;
+use crate::{events, naming, nodes, objects, pods, services};
+
+/// Errors of one reconcile step (the step is retried).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write to the host failed.
+    #[error("host {verb} of {kind:?} {name} failed: {source}")]
+    Host {
+        /// What was done.
+        verb: &'static str,
+        /// The kind.
+        kind: Kind,
+        /// The host name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A write to the tenant failed.
+    #[error("tenant {verb} of {kind:?} {name} failed: {source}")]
+    Tenant {
+        /// What was done.
+        verb: &'static str,
+        /// The kind.
+        kind: Kind,
+        /// The tenant name.
+        name: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// A host pod could not be built.
+    #[error("building the host pod failed: {0}")]
+    Build(#[from] pods::Error),
+}
+
+/// Everything a reconcile step reads.
+pub struct Context {
+    /// The tenant.
+    pub tenant: String,
+    /// `fabrik-<tenant>`.
+    pub host_namespace: String,
+    /// The tenant's policy.
+    pub policy: Policy,
+    /// Client of the tenant's API server.
+    pub tenant_client: kube::Client,
+    /// Client of the host.
+    pub host_client: kube::Client,
+    /// Tenant caches by kind (the down kinds and the syncer's Nodes).
+    pub tenant_caches: HashMap<Kind, Arc<Cache>>,
+    /// Host caches by kind (this tenant's objects; all Nodes).
+    pub host_caches: HashMap<Kind, Arc<Cache>>,
+}
+
+fn is_gone(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 404)
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+impl Context {
+    fn tcache(&self, kind: Kind) -> Option<&Arc<Cache>> {
+        self.tenant_caches.get(&kind)
+    }
+
+    fn hcache(&self, kind: Kind) -> Option<&Arc<Cache>> {
+        self.host_caches.get(&kind)
+    }
+
+    fn host_api(&self, kind: Kind) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.host_client.clone(),
+            &self.host_namespace,
+            &kind.api_resource(),
+        )
+    }
+
+    fn tenant_api(&self, kind: Kind, namespace: &str) -> Api<DynamicObject> {
+        if kind.cluster_scoped() {
+            Api::all_with(self.tenant_client.clone(), &kind.api_resource())
+        } else {
+            Api::namespaced_with(self.tenant_client.clone(), namespace, &kind.api_resource())
+        }
+    }
+
+    async fn host_delete(&self, kind: Kind, name: &str, grace: Option<u32>) -> Result<(), Error> {
+        let dp = DeleteParams {
+            grace_period_seconds: grace,
+            ..Default::default()
+        };
+        match self.host_api(kind).delete(name, &dp).await {
+            Ok(_) => Ok(()),
+            Err(e) if is_gone(&e) => Ok(()),
+            Err(source) => Err(Error::Host {
+                verb: "delete",
+                kind,
+                name: name.into(),
+                source,
+            }),
+        }
+    }
+
+    async fn host_create(&self, kind: Kind, obj: &Value) -> Result<(), Error> {
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let data: DynamicObject = match serde_json::from_value(obj.clone()) {
+            Ok(d) => d,
+            Err(e) => {
+                tracing::error!(?kind, %name, error = %e, "built host object does not decode");
+                return Ok(());
+            }
+        };
+        match self
+            .host_api(kind)
+            .create(&PostParams::default(), &data)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Created meanwhile (or by a previous run): the watch brings it and we look again.
+            Err(e) if is_conflict(&e) => Ok(()),
+            Err(source) => Err(Error::Host {
+                verb: "create",
+                kind,
+                name,
+                source,
+            }),
+        }
+    }
+
+    async fn host_replace(&self, kind: Kind, obj: &Value) -> Result<(), Error> {
+        let name = obj["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let Ok(data) = serde_json::from_value::<DynamicObject>(obj.clone()) else {
+            return Ok(());
+        };
+        match self
+            .host_api(kind)
+            .replace(&name, &PostParams::default(), &data)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_conflict(&e) || is_gone(&e) => Ok(()),
+            Err(source) => Err(Error::Host {
+                verb: "update",
+                kind,
+                name,
+                source,
+            }),
+        }
+    }
+
+    async fn tenant_status(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        status: Map<String, Value>,
+    ) -> Result<(), Error> {
+        let patch = json!({ "status": status });
+        match self
+            .tenant_api(kind, namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if is_gone(&e) => Ok(()),
+            Err(source) => Err(Error::Tenant {
+                verb: "status update",
+                kind,
+                name: name.into(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Whether every field of `want` is in `have` with the same value (objects compared by the keys
+/// of `want`, so fields the server defaults do not count as differences).
+pub fn contains(have: &Value, want: &Value) -> bool {
+    match (want, have) {
+        (Value::Object(w), Value::Object(h)) => w
+            .iter()
+            .all(|(k, v)| contains(h.get(k).unwrap_or(&Value::Null), v)),
+        (Value::Object(w), Value::Null) => w.values().all(Value::is_null),
+        (Value::Array(w), Value::Array(h)) => {
+            w.len() == h.len() && w.iter().zip(h).all(|(w, h)| contains(h, w))
+        }
+        (Value::Null, _) => true,
+        (w, h) => w == h,
+    }
+}
+
+/// Whether an existing host object already is what `desired` says: the fields of `desired`
+/// present with the same values, labels and data exactly equal.
+pub fn up_to_date(existing: &Value, desired: &Value) -> bool {
+    let Some(d) = desired.as_object() else {
+        return false;
+    };
+    for (k, v) in d {
+        let ok = match k.as_str() {
+            "apiVersion" | "kind" => true,
+            "metadata" => {
+                existing["metadata"]["labels"] == v["labels"]
+                    && contains(&existing["metadata"]["annotations"], &v["annotations"])
+            }
+            "data" | "binaryData" => &existing[k] == v,
+            _ => contains(&existing[k], v),
+        };
+        if !ok {
+            return false;
+        }
+    }
+    true
+}
+
+fn is_deleting(obj: &Value) -> bool {
+    !obj["metadata"]["deletionTimestamp"].is_null()
+}
+
+/// Runs one reconcile step.
+pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
+    match key.kind {
+        Kind::Pod => pod(ctx, &key.namespace, &key.name).await,
+        Kind::Node => node(ctx, &key.name).await,
+        Kind::Event => event(ctx, &key.namespace, &key.name).await,
+        kind => simple(ctx, kind, &key.namespace, &key.name).await,
+    }
+}
+
+/// The host copy of a tenant object of a simple kind, or `None` when it should not exist.
+fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Option<Value> {
+    let t = ctx.tenant.as_str();
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
+    let selectorless_service = |svc: &str| {
+        ctx.tcache(Kind::Service)
+            .and_then(|c| c.get(ns, svc))
+            .is_some_and(|s| !services::has_selector(&s))
+    };
+    match kind {
+        Kind::ConfigMap => Some(objects::host_config_map(obj, t)),
+        Kind::Secret => Some(objects::host_secret(obj, t)),
+        Kind::PersistentVolumeClaim => Some(objects::host_pvc(obj, t)),
+        Kind::Service => Some(services::host_service(
+            obj,
+            t,
+            host.map(|h| &h["spec"]["clusterIP"]),
+        )),
+        Kind::Endpoints => {
+            let name = obj["metadata"]["name"].as_str().unwrap_or("");
+            selectorless_service(name).then(|| services::host_endpoints(obj, t))
+        }
+        Kind::EndpointSlice => services::slice_service(obj)
+            .filter(|s| selectorless_service(s))
+            .map(|_| services::host_endpoint_slice(obj, t)),
+        Kind::Pod | Kind::Event | Kind::Node => None,
+    }
+}
+
+async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), Error> {
+    let (Some(tc), Some(hc)) = (ctx.tcache(kind), ctx.hcache(kind)) else {
+        return Ok(());
+    };
+    let tobj = tc.get(ns, name);
+    let hname = naming::host_name(name, ns, &ctx.tenant);
+    let host = hc.get(&ctx.host_namespace, &hname);
+    if let Some(h) = &host {
+        if !naming::is_copy_of(h, &ctx.tenant, ns, name) {
+            tracing::warn!(tenant = %ctx.tenant, ?kind, %ns, %name, host = %hname,
+                "host name is taken by another tenant object; not synced");
+            return Ok(());
+        }
+    }
+    let want = tobj
+        .as_deref()
+        .filter(|o| !is_deleting(o))
+        .and_then(|o| desired(ctx, kind, o, host.as_deref()));
+    match (want, host.as_deref()) {
+        (None, Some(_)) => ctx.host_delete(kind, &hname, None).await,
+        (None, None) => Ok(()),
+        (Some(w), None) => ctx.host_create(kind, &w).await,
+        (Some(mut w), Some(h)) => {
+            if !up_to_date(h, &w) {
+                w["metadata"]["resourceVersion"] = h["metadata"]["resourceVersion"].clone();
+                ctx.host_replace(kind, &w).await?;
+            }
+            let status = match kind {
+                Kind::Service => services::tenant_service_status(h),
+                Kind::PersistentVolumeClaim => objects::tenant_pvc_status(h),
+                _ => return Ok(()),
+            };
+            let current = tobj.as_deref().map(|t| &t["status"]);
+            if !status.is_empty()
+                && !contains(
+                    current.unwrap_or(&Value::Null),
+                    &Value::Object(status.clone()),
+                )
+            {
+                ctx.tenant_status(kind, ns, name, status).await?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// The tenant Secret holding a token of `service_account` in `ns`, if any (the first by name).
+fn token_secret(ctx: &Context, ns: &str, service_account: &str) -> Option<String> {
+    let secrets = ctx.tcache(Kind::Secret)?.list();
+    let mut names: Vec<String> = secrets
+        .iter()
+        .filter(|s| s["metadata"]["namespace"].as_str() == Some(ns))
+        .filter(|s| objects::token_service_account(s) == Some(service_account))
+        .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    names.sort();
+    names.into_iter().next()
+}
+
+fn phase(obj: &Value) -> &str {
+    obj["status"]["phase"].as_str().unwrap_or("")
+}
+
+async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
+    let (Some(tc), Some(hc)) = (ctx.tcache(Kind::Pod), ctx.hcache(Kind::Pod)) else {
+        return Ok(());
+    };
+    let hname = naming::host_name(name, ns, &ctx.tenant);
+    let host = hc.get(&ctx.host_namespace, &hname);
+    if let Some(h) = &host {
+        if !naming::is_copy_of(h, &ctx.tenant, ns, name) {
+            tracing::warn!(tenant = %ctx.tenant, %ns, %name, host = %hname,
+                "host pod name is taken by another tenant pod; not synced");
+            return Ok(());
+        }
+    }
+    let Some(tpod) = tc.get(ns, name) else {
+        if host.is_some() {
+            return ctx.host_delete(Kind::Pod, &hname, None).await;
+        }
+        return Ok(());
+    };
+    let uid = tpod["metadata"]["uid"].as_str().unwrap_or("");
+    if let Some(h) = &host {
+        let host_uid = naming::origin(h).map(|o| o.uid).unwrap_or_default();
+        if host_uid != uid {
+            // The host pod belongs to an earlier tenant pod of the same name.
+            return ctx.host_delete(Kind::Pod, &hname, Some(0)).await;
+        }
+    }
+    if is_deleting(&tpod) {
+        // Act as the kubelet of a tenant pod: delete the host pod, then finish the deletion.
+        return match &host {
+            Some(h) if !is_deleting(h) => {
+                let grace = tpod["metadata"]["deletionGracePeriodSeconds"]
+                    .as_u64()
+                    .and_then(|g| u32::try_from(g).ok());
+                ctx.host_delete(Kind::Pod, &hname, grace).await
+            }
+            Some(_) => Ok(()),
+            None => {
+                let dp = DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                };
+                match ctx.tenant_api(Kind::Pod, ns).delete(name, &dp).await {
+                    Ok(_) => Ok(()),
+                    Err(e) if is_gone(&e) => Ok(()),
+                    Err(source) => Err(Error::Tenant {
+                        verb: "delete",
+                        kind: Kind::Pod,
+                        name: name.into(),
+                        source,
+                    }),
+                }
+            }
+        };
+    }
+    let Some(h) = host else {
+        let bound = tpod["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty());
+        if matches!(phase(&tpod), "Succeeded" | "Failed") {
+            return Ok(());
+        }
+        if bound {
+            // It ran on the host and its host pod is gone (evicted, deleted on the host): the
+            // tenant pod fails, as a pod whose node lost it does; it is not started again.
+            let mut status = Map::new();
+            status.insert("phase".into(), json!("Failed"));
+            status.insert("reason".into(), json!("HostPodLost"));
+            status.insert(
+                "message".into(),
+                json!("the pod's host pod was deleted on the host"),
+            );
+            return ctx.tenant_status(Kind::Pod, ns, name, status).await;
+        }
+        let sa = tpod["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap_or("default");
+        let token = token_secret(ctx, ns, sa);
+        let pctx = pods::PodContext {
+            tenant: &ctx.tenant,
+            policy: &ctx.policy,
+            token_secret: token.as_deref(),
+        };
+        let want = pods::host_pod(&tpod, &pctx)?;
+        return ctx.host_create(Kind::Pod, &want).await;
+    };
+    // Up: binding, then status.
+    let node = h["spec"]["nodeName"].as_str().unwrap_or("");
+    if !node.is_empty() && tpod["spec"]["nodeName"].as_str().unwrap_or("").is_empty() {
+        let binding = json!({"apiVersion": "v1", "kind": "Binding",
+            "metadata": {"name": name, "namespace": ns},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}});
+        let api: Api<DynamicObject> = ctx.tenant_api(Kind::Pod, ns);
+        match api
+            .create_subresource::<Value, Value>("binding", name, &PostParams::default(), &binding)
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if is_gone(&e) || is_conflict(&e) => {}
+            Err(source) => {
+                return Err(Error::Tenant {
+                    verb: "binding",
+                    kind: Kind::Pod,
+                    name: name.into(),
+                    source,
+                })
+            }
+        }
+    }
+    let status = pods::tenant_status(&h);
+    if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
+        ctx.tenant_status(Kind::Pod, ns, name, status).await?;
+    }
+    Ok(())
+}
+
+/// The nodes the tenant's host pods run on.
+pub fn tenant_nodes(host_pods: &[Arc<Value>]) -> Vec<String> {
+    let mut nodes: Vec<String> = host_pods
+        .iter()
+        .filter_map(|p| p["spec"]["nodeName"].as_str())
+        .filter(|n| !n.is_empty())
+        .map(str::to_string)
+        .collect();
+    nodes.sort();
+    nodes.dedup();
+    nodes
+}
+
+async fn node(ctx: &Context, name: &str) -> Result<(), Error> {
+    let (Some(tc), Some(hc), Some(pods)) = (
+        ctx.tcache(Kind::Node),
+        ctx.hcache(Kind::Node),
+        ctx.hcache(Kind::Pod),
+    ) else {
+        return Ok(());
+    };
+    let used = tenant_nodes(&pods.list()).iter().any(|n| n == name);
+    let host = hc.get("", name);
+    let mine = tc.get("", name);
+    let api = ctx.tenant_api(Kind::Node, "");
+    let tenant_err = |verb, source| Error::Tenant {
+        verb,
+        kind: Kind::Node,
+        name: name.into(),
+        source,
+    };
+    match (used, host) {
+        (true, Some(h)) => {
+            let (want, status) = nodes::tenant_node(&h, &ctx.policy.gpu_sharing);
+            match &mine {
+                None => {
+                    let data: DynamicObject = match serde_json::from_value(want) {
+                        Ok(d) => d,
+                        Err(_) => return Ok(()),
+                    };
+                    match api.create(&PostParams::default(), &data).await {
+                        Ok(_) => {}
+                        Err(e) if is_conflict(&e) => {}
+                        Err(e) => return Err(tenant_err("create", e)),
+                    }
+                    ctx.tenant_status(Kind::Node, "", name, status).await
+                }
+                Some(current) => {
+                    if !up_to_date(current, &want) {
+                        let patch = json!({"metadata": {"labels": want["metadata"]["labels"]},
+                            "spec": want["spec"]});
+                        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                            .map_err(|e| tenant_err("update", e))?;
+                    }
+                    if !contains(&current["status"], &Value::Object(status.clone())) {
+                        ctx.tenant_status(Kind::Node, "", name, status).await?;
+                    }
+                    Ok(())
+                }
+            }
+        }
+        _ => {
+            if mine.is_some() {
+                match api.delete(name, &DeleteParams::default()).await {
+                    Ok(_) => {}
+                    Err(e) if is_gone(&e) => {}
+                    Err(e) => return Err(tenant_err("delete", e)),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+async fn event(ctx: &Context, host_ns: &str, name: &str) -> Result<(), Error> {
+    let Some(ev) = ctx.hcache(Kind::Event).and_then(|c| c.get(host_ns, name)) else {
+        return Ok(());
+    };
+    let io = &ev["involvedObject"];
+    let Some(kind) = io["kind"].as_str().and_then(Kind::from_kind_name) else {
+        return Ok(());
+    };
+    let obj_name = io["name"].as_str().unwrap_or("");
+    let Some(origin) = ctx
+        .hcache(kind)
+        .and_then(|c| c.get(&ctx.host_namespace, obj_name))
+        .and_then(|h| naming::origin(&h))
+        .filter(|o| o.tenant == ctx.tenant)
+    else {
+        return Ok(());
+    };
+    let api_version = kind.api_resource().api_version;
+    let want = events::tenant_event(&ev, &origin, &api_version);
+    let api = ctx.tenant_api(Kind::Event, &origin.namespace);
+    let ename = want["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let Ok(data) = serde_json::from_value::<DynamicObject>(want.clone()) else {
+        return Ok(());
+    };
+    match api.create(&PostParams::default(), &data).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_conflict(&e) => {
+            let mut patch = Map::new();
+            for f in ["count", "lastTimestamp", "message", "reason", "type"] {
+                if !want[f].is_null() {
+                    patch.insert(f.into(), want[f].clone());
+                }
+            }
+            match api
+                .patch(
+                    &ename,
+                    &PatchParams::default(),
+                    &Patch::Merge(&Value::Object(patch)),
+                )
+                .await
+            {
+                Ok(_) => Ok(()),
+                Err(e) if is_gone(&e) => Ok(()),
+                Err(source) => Err(Error::Tenant {
+                    verb: "update",
+                    kind: Kind::Event,
+                    name: ename,
+                    source,
+                }),
+            }
+        }
+        Err(source) => Err(Error::Tenant {
+            verb: "create",
+            kind: Kind::Event,
+            name: ename,
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_on_the_host_are_not_differences() {
+        let have = json!({"spec": {"ports": [{"port": 80, "protocol": "TCP", "targetPort": 80}],
+            "sessionAffinity": "None"}, "metadata": {"labels": {"a": "1"}, "annotations": {"x": "1", "y": "2"}}});
+        let want = json!({"spec": {"ports": [{"port": 80}]}, "metadata": {"labels": {"a": "1"}, "annotations": {"x": "1"}}});
+        assert!(up_to_date(&have, &want));
+        let changed =
+            json!({"spec": {"ports": [{"port": 81}]}, "metadata": {"labels": {"a": "1"}}});
+        assert!(!up_to_date(&have, &changed));
+        let relabelled = json!({"metadata": {"labels": {"a": "2"}}});
+        assert!(!up_to_date(&have, &relabelled));
+    }
+
+    #[test]
+    fn removed_data_keys_are_differences() {
+        let have = json!({"data": {"a": "1", "b": "2"}, "metadata": {}});
+        let want = json!({"data": {"a": "1"}, "metadata": {}});
+        assert!(!up_to_date(&have, &want));
+    }
+
+    #[test]
+    fn nodes_in_use_are_deduplicated() {
+        let pods = vec![
+            Arc::new(json!({"spec": {"nodeName": "b"}})),
+            Arc::new(json!({"spec": {"nodeName": "a"}})),
+            Arc::new(json!({"spec": {"nodeName": "b"}})),
+            Arc::new(json!({"spec": {}})),
+        ];
+        assert_eq!(tenant_nodes(&pods), vec!["a".to_string(), "b".to_string()]);
+    }
+}
