@@ -161,6 +161,26 @@ impl Fabrik {
         }
     }
 
+    /// Kills the server with SIGKILL (a crash) and starts it again on the same data directory.
+    pub fn crash_and_restart(&mut self) -> Result<()> {
+        if let Some(mut c) = self.child.take() {
+            c.kill()?;
+            c.wait()?;
+        }
+        self.spawn()
+    }
+
+    /// Runs the `fabrik` CLI (e.g. `tenant create ...`) against this server's data directory.
+    pub fn fabrik_cli(&self, args: &[&str]) -> Result<Output> {
+        Ok(Command::new(fabrik_bin())
+            .args(args)
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .output()?)
+    }
+
     /// Stops and starts again on the same data directory (a new port).
     pub fn restart(&mut self) -> Result<()> {
         let status = self.stop()?;

@@ -247,10 +247,15 @@ fn invalid_crds_are_refused() {
     for needle in ["metadata.name", "spec.scope", "storage version", "type"] {
         assert!(err.contains(needle), "{needle} not in {err}");
     }
+    // Only Fabrik's own Tenant CRD exists.
     let crds = f
         .kubectl_ok(&k, &["get", "crds", "-o", "name"])
         .expect("list");
-    assert!(crds.trim().is_empty(), "something was stored: {crds}");
+    assert_eq!(
+        crds.trim(),
+        "customresourcedefinition.apiextensions.k8s.io/tenants.fabrik.dev",
+        "something was stored: {crds}"
+    );
 }
 
 #[test]
@@ -289,7 +294,8 @@ fn real_operator_crds_are_established() {
     let names = f
         .kubectl_ok(&k, &["get", "crds", "-o", "name"])
         .expect("list");
-    assert_eq!(names.lines().count(), files.len(), "{names}");
+    // Every shared CRD, plus Fabrik's own Tenant CRD.
+    assert_eq!(names.lines().count(), files.len() + 1, "{names}");
     for name in names.lines() {
         let name = name.trim_start_matches("customresourcedefinition.apiextensions.k8s.io/");
         poll(name, || established(&f, &k, name)).unwrap_or_else(|e| panic!("{e}\n{}", f.log()));

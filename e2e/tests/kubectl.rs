@@ -304,7 +304,10 @@ fn watch_describe_edit_patch_label_annotate_scale() {
             }
         }
         let described = f.kubectl_ok(k, &["describe", "pod", "watched"])?;
-        if !described.contains("Status:") || !described.contains("Pending") {
+        // Pending, or Running once a simulated node has started it.
+        if !described.contains("Status:")
+            || !(described.contains("Pending") || described.contains("Running"))
+        {
             bail!("describe pod:\n{described}");
         }
 
@@ -614,9 +617,21 @@ fn restart_keeps_everything() {
         ],
     )
     .expect("secret");
-    let before = f.kubectl_ok(&k, &["get", "deploy,secrets,namespaces", "-A", "-o", "jsonpath={range .items[*]}{.metadata.name}/{.metadata.resourceVersion}/{.metadata.uid} {end}"]).expect("before");
+    let snapshot = |f: &Fabrik| -> String {
+        let jp = "jsonpath={range .items[*]}{.metadata.name}/{.metadata.resourceVersion}/{.metadata.uid} {end}";
+        [
+            f.kubectl_ok(&k, &["get", "deploy", "-n", "default", "-o", jp])
+                .expect("deployments"),
+            f.kubectl_ok(&k, &["get", "secrets", "-n", "keep", "-o", jp])
+                .expect("secrets"),
+            f.kubectl_ok(&k, &["get", "namespaces", "-o", jp])
+                .expect("namespaces"),
+        ]
+        .concat()
+    };
+    let before = snapshot(&f);
     f.restart().expect("restart");
-    let after = f.kubectl_ok(&k, &["get", "deploy,secrets,namespaces", "-A", "-o", "jsonpath={range .items[*]}{.metadata.name}/{.metadata.resourceVersion}/{.metadata.uid} {end}"]).expect("after");
+    let after = snapshot(&f);
     assert_eq!(
         before,
         after,

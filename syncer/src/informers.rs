@@ -71,6 +71,12 @@ impl Informer {
         cache
     }
 
+    /// The tenant's cache, without marking it ready (while a listing is being applied).
+    fn cache_unready(&self, tenant: &str) -> Arc<Cache> {
+        let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        s.caches.entry(tenant.to_string()).or_default().clone()
+    }
+
     fn notifiers(&self, tenant: Option<&str>) -> Vec<Notifier> {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match tenant {
@@ -239,8 +245,15 @@ async fn run_informer(
             }
             Ok(watcher::Event::InitDone) => {
                 let mut listed = std::mem::take(&mut relist);
-                inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
-                let tenants: Vec<String> = {
+                tracing::debug!(
+                    ?kind,
+                    tenants = listed.len(),
+                    objects = listed.values().map(HashMap::len).sum::<usize>(),
+                    "host objects listed"
+                );
+                // Each tenant once: a tenant both subscribed and listed must not be visited a
+                // second time with nothing left to give it (that emptied its cache).
+                let tenants: std::collections::BTreeSet<String> = {
                     let s = inf.state.lock().unwrap_or_else(|e| e.into_inner());
                     s.caches
                         .keys()
@@ -251,12 +264,27 @@ async fn run_informer(
                 for t in tenants {
                     let objects = listed.remove(&t).unwrap_or_default();
                     let now: Vec<Arc<Value>> = objects.values().cloned().collect();
-                    let cache = inf.cache(&t);
+                    // Filled before it is ready: a syncer must never see an empty cache that
+                    // only looks listed (it would take present host pods for lost ones).
+                    let cache = inf.cache_unready(&t);
                     let gone = cache.replace(objects);
                     cache.set_ready();
                     for v in now.iter().chain(gone.iter()) {
                         notify(&t, v);
                     }
+                }
+                // Caches created while the listing was applied had nothing in it: ready too.
+                inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                let all: Vec<Arc<Cache>> = inf
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .caches
+                    .values()
+                    .cloned()
+                    .collect();
+                for c in all {
+                    c.set_ready();
                 }
             }
             Err(e) => tracing::warn!(?kind, error = %e, "host watch failed; retrying"),

@@ -178,7 +178,12 @@ async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
     for c in ctx.tenant_caches.values().chain(ctx.host_caches.values()) {
         c.wait_ready().await;
     }
-    tracing::info!(tenant = %ctx.tenant, "syncer caches listed; syncing");
+    tracing::info!(
+        tenant = %ctx.tenant,
+        host_objects = ctx.host_caches.values().map(|c| c.list().len()).sum::<usize>(),
+        tenant_objects = ctx.tenant_caches.values().map(|c| c.list().len()).sum::<usize>(),
+        "syncer caches listed; syncing"
+    );
     let mut resync = tokio::time::interval(RESYNC);
     resync.tick().await;
     loop {

@@ -8,17 +8,17 @@ use std::sync::{Arc, Mutex};
 /// Lines kept per container.
 pub const MAX_LINES: usize = 100;
 
+/// Lines per (namespace, pod, container).
+type Logs = BTreeMap<(String, String, String), Vec<String>>;
+
 /// Container logs of the simulated nodes, shared between the kubelets and whoever serves them.
 #[derive(Clone, Debug, Default)]
 pub struct LogStore {
-    inner: Arc<Mutex<BTreeMap<(String, String, String), Vec<String>>>>,
+    inner: Arc<Mutex<Logs>>,
 }
 
 impl LogStore {
-    fn with<R>(
-        &self,
-        f: impl FnOnce(&mut BTreeMap<(String, String, String), Vec<String>>) -> R,
-    ) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Logs) -> R) -> R {
         // A poisoned lock only means a panic elsewhere mid-append; the map is still usable.
         let mut guard = match self.inner.lock() {
             Ok(g) => g,

@@ -188,9 +188,12 @@ fn score(node: &NodeView, pod: &PodRequest) -> (i64, i64, i64) {
     (gpu_left, left("cpu"), left("memory"))
 }
 
+/// A candidate: its score, node name and devices.
+type Candidate<'a> = ((i64, i64, i64), &'a str, Vec<usize>);
+
 /// The best node for `pod`, or a summary of why none fits (`0/N nodes are available: …`).
 pub fn choose(nodes: &[NodeView], pod: &PodRequest) -> Result<Placement, String> {
-    let mut best: Option<((i64, i64, i64), &str, Vec<usize>)> = None;
+    let mut best: Option<Candidate> = None;
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
     for n in nodes {
         match fit(n, pod) {

@@ -108,12 +108,20 @@ pub fn spec_part(obj: &Value) -> Value {
     }
 }
 
-/// Equality ignoring `resourceVersion`: an update that changes nothing is not written.
+/// Equality ignoring `resourceVersion` and the times of managedFields entries: an update that
+/// changes nothing else is not written (a repeated apply of the same configuration is a no-op).
 pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
     let strip = |v: &Value| {
         let mut v = v.clone();
         if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
             meta.remove("resourceVersion");
+            if let Some(entries) = meta.get_mut("managedFields").and_then(Value::as_array_mut) {
+                for e in entries {
+                    if let Some(o) = e.as_object_mut() {
+                        o.remove("time");
+                    }
+                }
+            }
         }
         v
     };
