@@ -629,6 +629,10 @@ fn restart_keeps_everything() {
         ]
         .concat()
     };
+    // Let the controllers and simulated nodes finish the rollout first: a restart must keep
+    // what was stored, and a settled object is not rewritten when the controllers resync.
+    f.kubectl_ok(&k, &["rollout", "status", "deploy/web", "--timeout=60s"])
+        .expect("rollout settles");
     let before = snapshot(&f);
     f.restart().expect("restart");
     let after = snapshot(&f);
