@@ -387,19 +387,31 @@ async fn a_gpu_fault_taints_cordons_evicts_and_the_node_returns() {
             .then_some(())
     })
     .await;
-    let reasons = event_reasons(&client).await;
-    for r in [
+    // Events are recorded after the step they report: poll until all are there.
+    let wanted = [
         "GPUUnhealthy",
         "NodeTainted",
         "NodeCordoned",
         "PodEvicted",
         "GPURecovered",
         "NodeReturned",
-    ] {
+    ];
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let reasons = event_reasons(&client).await;
+        let missing: Vec<&str> = wanted
+            .iter()
+            .copied()
+            .filter(|r| !reasons.iter().any(|x| x == r))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
         assert!(
-            reasons.iter().any(|x| x == r),
-            "no {r} event in {reasons:?}"
+            std::time::Instant::now() < deadline,
+            "no {missing:?} events in {reasons:?}"
         );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
 }
 
