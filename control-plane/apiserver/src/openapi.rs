@@ -18,6 +18,34 @@ pub struct OpenApi {
     proto: Mutex<Option<(u64, Vec<u8>)>>,
 }
 
+/// Documents of catalogs without custom resources are the same in every cluster: one copy per
+/// process, instead of a few MiB per tenant.
+fn shared() -> &'static OpenApi {
+    static SHARED: std::sync::OnceLock<OpenApi> = std::sync::OnceLock::new();
+    SHARED.get_or_init(OpenApi::default)
+}
+
+/// The cache to use for `catalog`: the process-wide one while it serves only built-in kinds.
+fn cache_for<'a>(own: &'a OpenApi, catalog: &Catalog) -> &'a OpenApi {
+    if catalog.all().iter().any(|d| d.custom) {
+        own
+    } else {
+        shared()
+    }
+}
+
+impl OpenApi {
+    /// The cache key of a catalog's documents: the shared cache holds the built-in documents,
+    /// which do not change; a cluster's own cache follows its catalog.
+    fn generation_of(&self, catalog: &Catalog) -> u64 {
+        if std::ptr::eq(self, shared()) {
+            0
+        } else {
+            catalog.generation()
+        }
+    }
+}
+
 /// The schemas of custom resources, by definition name, for the documents' `extra`.
 fn custom_schemas<'a>(defs: impl Iterator<Item = &'a Arc<ResourceDef>>) -> BTreeMap<String, Value> {
     defs.filter(|d| d.custom)
@@ -104,7 +132,11 @@ impl OpenApi {
 
     /// The v3 document of one group-version.
     pub fn v3(&self, catalog: &Catalog, group: &str, version: &str) -> Result<Value> {
-        let generation = catalog.generation();
+        cache_for(self, catalog).v3_in(catalog, group, version)
+    }
+
+    fn v3_in(&self, catalog: &Catalog, group: &str, version: &str) -> Result<Value> {
+        let generation = self.generation_of(catalog);
         let defs: Vec<Arc<ResourceDef>> = catalog
             .all()
             .into_iter()
@@ -137,7 +169,11 @@ impl OpenApi {
 
     /// The v2 document.
     pub fn v2(&self, catalog: &Catalog) -> Result<Value> {
-        let generation = catalog.generation();
+        cache_for(self, catalog).v2_in(catalog)
+    }
+
+    fn v2_in(&self, catalog: &Catalog) -> Result<Value> {
+        let generation = self.generation_of(catalog);
         let defs = catalog.all();
         let docs: Vec<ResourceDoc> = defs.iter().map(|d| doc(d)).collect();
         Ok(self.cached(generation, "v2", || {
@@ -147,7 +183,11 @@ impl OpenApi {
 
     /// The v2 document as protobuf.
     pub fn v2_protobuf(&self, catalog: &Catalog) -> Result<Vec<u8>> {
-        let generation = catalog.generation();
+        cache_for(self, catalog).v2_protobuf_in(catalog)
+    }
+
+    fn v2_protobuf_in(&self, catalog: &Catalog) -> Result<Vec<u8>> {
+        let generation = self.generation_of(catalog);
         if let Ok(p) = self.proto.lock() {
             if let Some((g, bytes)) = p.as_ref() {
                 if *g == generation {

@@ -347,8 +347,10 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
     // The tenant's API server.
     let endpoint = format!("{}/clusters/{name}", ctx.rt.public_url);
     {
-        let mut running = ctx.rt.running.lock().await;
-        if !running.contains_key(&name) {
+        // The lock is not held while the tenant starts: tenants start in parallel (the
+        // controller never reconciles one tenant twice at the same time).
+        let started = ctx.rt.running.lock().await.contains_key(&name);
+        if !started {
             let store: Arc<dyn Store> = Arc::new(ctx.rt.backend.keyspace(&keyspace(&name))?);
             let ca_copy = Ca::from_pem(&ca.pair().cert_pem, &ca.pair().key_pem)?;
             let mut settings = ctx.rt.settings.clone();
@@ -383,7 +385,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
                 .router
                 .add_tenant(&name, cluster.server.clone(), ca.cert_pem())?;
             tracing::info!(tenant = %name, "tenant API server started");
-            running.insert(name.clone(), cluster);
+            ctx.rt.running.lock().await.insert(name.clone(), cluster);
         }
     }
 

@@ -166,6 +166,9 @@ impl Server {
             .arg(self.data_dir())
             .arg("--listen")
             .arg("127.0.0.1:0")
+            // The API server's figures: no simulated nodes scheduling the benchmark's pods.
+            .arg("--nodes")
+            .arg("0")
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
