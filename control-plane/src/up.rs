@@ -94,6 +94,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    // A kubeconfig left by an earlier run names its old port: remove it, so that the file
+    // appears only once this run serves (the contract tools wait on).
+    match std::fs::remove_file(dir.join("host.kubeconfig")) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("cannot remove the stale {}", dir.join("host.kubeconfig").display())),
+    }
     eprintln!("fabrik: data directory {}", dir.display());
     let backend = SledBackend::open(SledConfig {
         path: dir.join("store"),
