@@ -99,7 +99,14 @@ pub async fn run(args: UpArgs) -> Result<()> {
     match std::fs::remove_file(dir.join("host.kubeconfig")) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot remove the stale {}", dir.join("host.kubeconfig").display())),
+        Err(e) => {
+            return Err(e).with_context(|| {
+                format!(
+                    "cannot remove the stale {}",
+                    dir.join("host.kubeconfig").display()
+                )
+            })
+        }
     }
     eprintln!("fabrik: data directory {}", dir.display());
     let backend = SledBackend::open(SledConfig {

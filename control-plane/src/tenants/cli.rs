@@ -187,6 +187,9 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                 ..Default::default()
             };
             let tenant = Tenant::new(&c.name, spec);
+            if let Err(why) = super::manager::valid_quota(&tenant) {
+                bail!("{why}");
+            }
             api.create(&PostParams::default(), &tenant)
                 .await
                 .map_err(|e| match e {

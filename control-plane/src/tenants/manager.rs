@@ -140,6 +140,28 @@ pub fn valid_name(name: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Whether the quota's quantities parse (they become the host ResourceQuota's `hard`).
+pub fn valid_quota(tenant: &Tenant) -> Result<(), String> {
+    let Some(q) = &tenant.spec.quota else {
+        return Ok(());
+    };
+    for (field, value) in [("cpu", &q.cpu), ("memory", &q.memory)] {
+        if let Some(v) = value {
+            if v.parse::<fabrik_machinery::quantity::Quantity>().is_err() {
+                return Err(format!(
+                    "spec.quota.{field}: {v:?} is not a quantity (e.g. 16, 500m, 64Gi)"
+                ));
+            }
+        }
+    }
+    for (field, value) in [("pods", q.pods), ("gpus", q.gpus)] {
+        if value.is_some_and(|v| v < 0) {
+            return Err(format!("spec.quota.{field} must not be negative"));
+        }
+    }
+    Ok(())
+}
+
 fn keyspace(name: &str) -> String {
     format!("tenant-{name}")
 }
@@ -226,11 +248,11 @@ fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
             hard.insert("pods".into(), p.to_string());
         }
         if let Some(g) = q.gpus {
-            let resource = match q.gpu_sharing.as_deref() {
-                Some(s) if s.starts_with("mig:") => format!("requests.nvidia.com/mig-{}", &s[4..]),
-                Some(s) if s.starts_with("share:") => "requests.fabrik.dev/gpu-shared".to_string(),
-                _ => "requests.nvidia.com/gpu".to_string(),
-            };
+            // The same resource the syncer puts on the tenant's host pods.
+            let resource = format!(
+                "requests.{}",
+                syncer::gpu::host_resource(&policy_of(tenant).gpu_sharing)
+            );
             hard.insert(resource, g.to_string());
         }
     }
@@ -318,13 +340,13 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
 async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error> {
     let name = tenant.name_any();
     let tenants: Api<Tenant> = Api::all(ctx.host.clone());
-    if let Err(why) = valid_name(&name) {
+    if let Err(why) = valid_name(&name).and_then(|_| valid_quota(&tenant)) {
         let status = TenantStatus {
             phase: Some("Failed".into()),
             conditions: vec![ready_condition(
                 false,
-                "InvalidName",
-                &format!("tenant name {name:?}: {why}"),
+                "InvalidSpec",
+                &format!("tenant {name:?}: {why}"),
                 tenant.metadata.generation,
             )],
             ..Default::default()
@@ -569,4 +591,66 @@ pub async fn run(
         .for_each(|_| futures::future::ready(()))
         .await;
     rt.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_api::tenant::{TenantQuota, TenantSpec};
+
+    fn tenant(cpu: Option<&str>, pods: Option<i64>) -> Tenant {
+        Tenant::new(
+            "t",
+            TenantSpec {
+                quota: Some(TenantQuota {
+                    cpu: cpu.map(str::to_string),
+                    pods,
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        )
+    }
+
+    #[test]
+    fn names_and_quotas_are_checked() {
+        assert!(valid_name("team-a").is_ok());
+        for bad in ["Team", "a_b", "", &"x".repeat(41)] {
+            assert!(valid_name(bad).is_err(), "{bad}");
+        }
+        assert!(valid_quota(&tenant(Some("500m"), Some(10))).is_ok());
+        assert!(valid_quota(&tenant(Some("lots"), None)).is_err());
+        assert!(valid_quota(&tenant(None, Some(-1))).is_err());
+    }
+
+    #[test]
+    fn policies_follow_the_spec() {
+        let mut t = tenant(None, None);
+        t.spec.quota = Some(TenantQuota {
+            gpus: Some(2),
+            gpu_sharing: Some("share:8192,25".into()),
+            ..Default::default()
+        });
+        t.spec.isolation = Some(fabrik_api::tenant::TenantIsolation {
+            dedicated_nodes: true,
+            allow: vec!["hostPath".into()],
+            ..Default::default()
+        });
+        let p = policy_of(&t);
+        assert_eq!(
+            p.gpu_sharing,
+            syncer::GpuSharing::Shared {
+                memory_mib: 8192,
+                compute_pct: 25
+            }
+        );
+        assert!(p.allow_host_path && !p.allow_privileged && !p.allow_host_namespaces);
+        assert_eq!(p.tolerations.len(), 1);
+        assert_eq!(
+            quota_hard(&t)
+                .get("requests.fabrik.dev/shared-gpu-8192mib-25pct")
+                .map(String::as_str),
+            Some("2")
+        );
+    }
 }
