@@ -35,7 +35,14 @@ pub use subresources::scale_of;
 pub use watch::{WatchEvent, WatchParams};
 
 /// How many times an unconditional write retries after losing a race.
-const MAX_RETRIES: usize = 16;
+const MAX_RETRIES: usize = 64;
+
+/// The pause after the `attempt`-th lost race: a few milliseconds, growing, so that a write
+/// competing with a busy controller gets its turn instead of losing every race.
+async fn backoff(attempt: usize) {
+    let ms = (attempt as u64).min(20);
+    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+}
 
 /// `fieldValidation`: what to do with unknown fields.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -765,7 +772,7 @@ impl Registry {
         F: FnMut(&Value) -> Result<Value>,
     {
         let key = def.key(ns, name);
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..MAX_RETRIES {
             let kv = self
                 .store
                 .get(&key)
@@ -818,7 +825,10 @@ impl Registry {
                         created: false,
                     });
                 }
-                Err(StoreError::Conflict { .. }) if expected.is_none() => continue,
+                Err(StoreError::Conflict { .. }) if expected.is_none() => {
+                    backoff(attempt).await;
+                    continue;
+                }
                 Err(e) => return Err(ApiError::from_store(e, &def.group_resource(), name)),
             }
         }
@@ -974,7 +984,7 @@ impl Registry {
         opts: &DeleteOptions,
     ) -> Result<(Value, bool)> {
         let key = def.key(ns, name);
-        for _ in 0..MAX_RETRIES {
+        for attempt in 0..MAX_RETRIES {
             let kv = self
                 .store
                 .get(&key)
@@ -1053,7 +1063,10 @@ impl Registry {
                         object::set_resource_version(&mut new, stored.mod_revision);
                         return Ok((new, false));
                     }
-                    Err(StoreError::Conflict { .. }) => continue,
+                    Err(StoreError::Conflict { .. }) => {
+                        backoff(attempt).await;
+                        continue;
+                    }
                     Err(e) => return Err(ApiError::from_store(e, &def.group_resource(), name)),
                 }
             }
@@ -1062,7 +1075,10 @@ impl Registry {
             }
             match self.store.delete(&key, Some(kv.mod_revision)).await {
                 Ok(_) => return Ok((old, true)),
-                Err(StoreError::Conflict { .. }) => continue,
+                Err(StoreError::Conflict { .. }) => {
+                    backoff(attempt).await;
+                    continue;
+                }
                 Err(e) => return Err(ApiError::from_store(e, &def.group_resource(), name)),
             }
         }
