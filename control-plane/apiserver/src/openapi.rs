@@ -159,12 +159,26 @@ impl OpenApi {
 
     /// The v3 index.
     pub fn v3_index(&self, catalog: &Catalog) -> Result<Value> {
+        cache_for(self, catalog).v3_index_in(catalog)
+    }
+
+    /// The index is cached like the documents: hashing every document is the costly part.
+    fn v3_index_in(&self, catalog: &Catalog) -> Result<Value> {
+        let generation = self.generation_of(catalog);
         let mut entries = Vec::new();
+        if let Ok(c) = self.cache.lock() {
+            if c.0 == generation {
+                if let Some(v) = c.1.get("v3-index") {
+                    return Ok(v.clone());
+                }
+            }
+        }
         for (g, v) in catalog.group_versions() {
-            let d = self.v3(catalog, &g, &v)?;
+            let d = self.v3_in(catalog, &g, &v)?;
             entries.push((gv_path(&g, &v), hash(&d)));
         }
-        Ok(fabrik_openapi::v3_index(&entries))
+        let index = fabrik_openapi::v3_index(&entries);
+        Ok(self.cached(generation, "v3-index", || index))
     }
 
     /// The v2 document.

@@ -72,34 +72,12 @@ impl Ca {
         if crt.exists() && key.exists() {
             let cert_pem = std::fs::read_to_string(&crt).map_err(io(&crt))?;
             let key_pem = std::fs::read_to_string(&key).map_err(io(&key))?;
-            let kp = KeyPair::from_pem(&key_pem)?;
-            let issuer = Issuer::from_ca_cert_pem(&cert_pem, kp)?;
-            return Ok(Ca {
-                pair: CertPair { cert_pem, key_pem },
-                issuer,
-            });
+            return Ca::from_pem(&cert_pem, &key_pem);
         }
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        let mut dn = DistinguishedName::new();
-        dn.push(DnType::CommonName, common_name);
-        params.distinguished_name = dn;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
-        let kp = KeyPair::generate()?;
-        let cert = params.self_signed(&kp)?;
-        let pair = CertPair {
-            cert_pem: cert.pem(),
-            key_pem: kp.serialize_pem(),
-        };
-        write_private(&key, pair.key_pem.as_bytes())?;
-        write_private(&crt, pair.cert_pem.as_bytes())?;
-        let issuer = Issuer::new(params, kp);
-        Ok(Ca { pair, issuer })
+        let ca = Ca::generate(common_name)?;
+        write_private(&key, ca.pair.key_pem.as_bytes())?;
+        write_private(&crt, ca.pair.cert_pem.as_bytes())?;
+        Ok(ca)
     }
 
     /// The CA certificate, PEM.
