@@ -6,9 +6,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::crd::{self, CLEANUP_FINALIZER};
@@ -277,45 +275,24 @@ impl CrdController {
     pub async fn run(
         mut self,
         registry: Arc<Registry>,
-        shutdown: impl std::future::Future<Output = ()>,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        tokio::pin!(shutdown);
         let prefix = match crd_def(&registry) {
             Ok(d) => d.key_prefix(None),
             Err(_) => return,
         };
-        let mut changes = None;
+        let mut wakeups = super::Wakeups::new(registry.clone(), prefix, shutdown);
         loop {
-            if changes.is_none() {
-                if let Ok(rev) = registry.store().current_revision().await {
-                    changes = registry.store().watch(&prefix, rev, None).await.ok();
-                }
-            }
-            let waiting = match self.reconcile_all(&registry).await {
+            wakeups.arm().await;
+            let pending = match self.reconcile_all(&registry).await {
                 Ok(w) => w,
                 Err(e) => {
                     tracing::warn!(error = %e, "CRD reconciliation failed; retrying");
                     true
                 }
             };
-            let tick = tokio::time::sleep(if waiting {
-                Duration::from_millis(500)
-            } else {
-                Duration::from_secs(30)
-            });
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tick => {},
-                ev = async {
-                    match changes.as_mut() {
-                        Some(s) => s.next().await,
-                        None => std::future::pending().await,
-                    }
-                } => {
-                    if !matches!(ev, Some(Ok(_))) {
-                        changes = None;
-                    }
-                }
+            if !wakeups.wait(pending).await {
+                return;
             }
         }
     }

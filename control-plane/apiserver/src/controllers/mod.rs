@@ -1,8 +1,82 @@
-//! Controllers that run inside a cluster's API server process.
-//!
-//! For now only namespace finalization lives here, written against the registry directly;
-//! the workload controllers (Deployments, Jobs, garbage collection) come as kube-runtime
-//! controllers over an in-process client.
+//! Controllers that run inside a cluster's API server process and act on the registry itself:
+//! namespace finalization and CRD establishment. The workload controllers and the garbage
+//! collector are `fabrik-controllers`, over the in-process client.
 
 pub mod crd;
 pub mod namespace;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fabrik_store::WatchStream;
+use futures::StreamExt;
+
+use crate::registry::Registry;
+
+/// When a registry-level controller runs its next pass: on any change under its prefix, after
+/// a short pause while something is still pending, after a long one otherwise — or never again
+/// once shutdown begins.
+pub(crate) struct Wakeups {
+    registry: Arc<Registry>,
+    prefix: String,
+    changes: Option<WatchStream>,
+    shutdown: Pin<Box<dyn Future<Output = ()> + Send>>,
+}
+
+impl Wakeups {
+    /// Wakeups for changes under `prefix`.
+    pub(crate) fn new(
+        registry: Arc<Registry>,
+        prefix: String,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Wakeups {
+        Wakeups {
+            registry,
+            prefix,
+            changes: None,
+            shutdown: Box::pin(shutdown),
+        }
+    }
+
+    /// (Re)starts the watch if it is not running; call before each pass so that no change
+    /// made during the pass is missed.
+    pub(crate) async fn arm(&mut self) {
+        if self.changes.is_none() {
+            if let Ok(rev) = self.registry.store().current_revision().await {
+                self.changes = self
+                    .registry
+                    .store()
+                    .watch(&self.prefix, rev, None)
+                    .await
+                    .ok();
+            }
+        }
+    }
+
+    /// Waits for the next reason to run; false once shutdown has begun.
+    pub(crate) async fn wait(&mut self, pending: bool) -> bool {
+        let tick = tokio::time::sleep(if pending {
+            Duration::from_millis(500)
+        } else {
+            Duration::from_secs(30)
+        });
+        let changes = &mut self.changes;
+        tokio::select! {
+            _ = &mut self.shutdown => false,
+            _ = tick => true,
+            ev = async {
+                match changes.as_mut() {
+                    Some(s) => s.next().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if !matches!(ev, Some(Ok(_))) {
+                    *changes = None;
+                }
+                true
+            }
+        }
+    }
+}

@@ -5,9 +5,7 @@
 //! content (objects with finalizers, pods waiting for their node).
 
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::StreamExt;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Result};
@@ -99,44 +97,22 @@ pub async fn reconcile_all(registry: &Registry) -> Result<bool> {
 }
 
 /// Runs until `shutdown` resolves.
-pub async fn run(registry: Arc<Registry>, shutdown: impl std::future::Future<Output = ()>) {
-    tokio::pin!(shutdown);
-    let mut changes = None;
+pub async fn run(
+    registry: Arc<Registry>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let mut wakeups = super::Wakeups::new(registry.clone(), "/core/namespaces/".into(), shutdown);
     loop {
-        if changes.is_none() {
-            if let Ok(rev) = registry.store().current_revision().await {
-                changes = registry
-                    .store()
-                    .watch("/core/namespaces/", rev, None)
-                    .await
-                    .ok();
-            }
-        }
-        let waiting = match reconcile_all(&registry).await {
+        wakeups.arm().await;
+        let pending = match reconcile_all(&registry).await {
             Ok(w) => w,
             Err(e) => {
                 tracing::warn!(error = %e, "namespace finalization failed; retrying");
                 true
             }
         };
-        let tick = tokio::time::sleep(if waiting {
-            Duration::from_millis(500)
-        } else {
-            Duration::from_secs(30)
-        });
-        tokio::select! {
-            _ = &mut shutdown => return,
-            _ = tick => {},
-            ev = async {
-                match changes.as_mut() {
-                    Some(s) => s.next().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if !matches!(ev, Some(Ok(_))) {
-                    changes = None;
-                }
-            }
+        if !wakeups.wait(pending).await {
+            return;
         }
     }
 }
