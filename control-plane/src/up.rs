@@ -13,12 +13,11 @@ use fabrik_api::tenant::{Tenant, TenantQuota, TenantSpec};
 use fabrik_apiserver::client::{controller_identity, in_process_client};
 use fabrik_apiserver::pki::Ca;
 use fabrik_apiserver::router::Router;
-use fabrik_apiserver::{Cluster, Settings};
-use kube::api::{Api, Patch, PatchParams, PostParams};
-use kube::CustomResourceExt;
+use fabrik_apiserver::Cluster;
+use kube::api::{Api, PostParams};
 
-use crate::tenants;
-use fabrik_store::{SledBackend, SledConfig, Store};
+use crate::control_plane::{self, CrdPolicy, ManagerConfig, TenantManager};
+use fabrik_store::Store;
 
 /// Arguments of `fabrik up`.
 #[derive(Args, Debug)]
@@ -48,6 +47,13 @@ pub struct UpArgs {
     /// GPU model of the simulated nodes.
     #[arg(long, value_enum, default_value_t = GpuModel::H200)]
     gpu_model: GpuModel,
+    /// User authentication (OIDC).
+    #[command(flatten)]
+    auth: crate::authn::AuthArgs,
+    /// Run the host cluster and nodes only: no Tenant CRD, no tenant manager, no demo tenant
+    /// (a plain host for a `fabrik serve` under test).
+    #[arg(long, hide = true)]
+    no_tenant_manager: bool,
 }
 
 /// GPU models of simulated nodes.
@@ -109,17 +115,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         }
     }
     eprintln!("fabrik: data directory {}", dir.display());
-    let backend = SledBackend::open(SledConfig {
-        path: dir.join("store"),
-        cache_capacity_bytes: args.cache_mib * 1024 * 1024,
-        history: args.history,
-    })
-    .with_context(|| {
-        format!(
-            "cannot open the store in {} (is another `fabrik up` using this data directory?)",
-            dir.join("store").display()
-        )
-    })?;
+    let backend = control_plane::open_store(&dir, args.cache_mib, args.history)?;
     let host: Arc<dyn Store> = Arc::new(
         backend
             .keyspace("host")
@@ -131,15 +127,19 @@ pub async fn run(args: UpArgs) -> Result<()> {
             args.listen
         )
     })?;
-    let settings = Settings {
-        bookmark_interval: Duration::from_secs(args.watch_bookmark_interval.max(1)),
-        server_address: bound.addr.to_string(),
-        ..Settings::default()
-    };
+    let settings = control_plane::api_settings(
+        args.watch_bookmark_interval,
+        bound.addr.to_string(),
+        args.auth.oidc()?,
+    );
     let host_ca =
         Ca::load_or_create(&dir.join("pki"), "fabrik-ca").context("cannot load the cluster CA")?;
+    let mut host_settings = settings.clone();
+    host_settings.auth.service_account_key =
+        Some(crate::authn::host_signing_key(&dir.join("pki"))?);
+    host_settings.auth.service_account_issuer = bound.url();
     let host_ca_pem = host_ca.cert_pem().to_string();
-    let cluster = Cluster::start(host, host_ca, settings.clone())
+    let cluster = Cluster::start(host, host_ca, host_settings)
         .await
         .context("cannot start the host cluster")?;
     let router = Router::new(cluster.server.clone(), &host_ca_pem)
@@ -150,31 +150,35 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .context("cannot serve HTTPS")?;
 
     // The control plane's host side: the Tenant CRD, the tenant manager, a first tenant.
-    let host_client = in_process_client(
-        cluster.server.clone(),
-        controller_identity("tenant-manager"),
-    );
-    install_tenant_crd(&host_client).await?;
-    let runtime = tenants::manager::Runtime::new(
-        router,
-        backend.clone(),
-        settings,
-        url.clone(),
-        host_ca_pem,
-        Some(dir.clone()),
-        host_client.clone(),
-    );
-    let manager = tokio::spawn(tenants::manager::run(
-        host_client.clone(),
-        runtime,
-        cluster.server.shutdown_signal(),
-    ));
-    let marker = dir.join(".demo-tenant-created");
-    if !marker.exists() {
-        create_demo_tenant(&host_client).await?;
-        std::fs::write(&marker, b"")
-            .with_context(|| format!("cannot write {}", marker.display()))?;
-    }
+    let manager = if args.no_tenant_manager {
+        eprintln!("fabrik: no tenant manager (--no-tenant-manager): serving the host only");
+        None
+    } else {
+        let host_client = in_process_client(
+            cluster.server.clone(),
+            controller_identity("tenant-manager"),
+        );
+        control_plane::install_tenant_crd(&host_client, CrdPolicy::Apply).await?;
+        let manager = TenantManager::start(
+            ManagerConfig {
+                host: host_client.clone(),
+                router,
+                backend: backend.clone(),
+                settings,
+                public_url: url.clone(),
+                serving_ca_pem: host_ca_pem,
+                data_dir: Some(dir.clone()),
+            },
+            cluster.server.shutdown_signal(),
+        );
+        let marker = dir.join(".demo-tenant-created");
+        if !marker.exists() {
+            create_demo_tenant(&host_client).await?;
+            std::fs::write(&marker, b"")
+                .with_context(|| format!("cannot write {}", marker.display()))?;
+        }
+        Some(manager)
+    };
 
     let kubeconfig = dir.join("host.kubeconfig");
     write_atomically(&kubeconfig, &cluster.admin_kubeconfig("fabrik-host", &url)?)?;
@@ -199,14 +203,16 @@ pub async fn run(args: UpArgs) -> Result<()> {
         &dir,
         cluster.server.shutdown_signal(),
     )?;
-    wait_for_signal().await?;
+    control_plane::wait_for_signal().await?;
     eprintln!("fabrik: shutting down");
     listener.shutdown().await;
     cluster.shutdown().await;
     if let Some(nodes) = nodes {
         let _ = tokio::time::timeout(Duration::from_secs(5), nodes.wait()).await;
     }
-    let _ = tokio::time::timeout(Duration::from_secs(6), manager).await;
+    if let Some(manager) = manager {
+        manager.stopped().await;
+    }
     drop(backend);
     eprintln!("fabrik: stopped");
     Ok(())
@@ -249,38 +255,6 @@ fn start_nodes(
         args.nodes, args.gpus_per_node, args.gpu_model
     );
     Ok(Some(nodes))
-}
-
-async fn wait_for_signal() -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).context("cannot install the SIGTERM handler")?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.context("cannot listen for SIGINT")?,
-        _ = term.recv() => {},
-    }
-    Ok(())
-}
-
-/// Installs (or updates) the `tenants.fabrik.dev` CRD on the host and waits until it is served.
-async fn install_tenant_crd(host: &kube::Client) -> Result<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(host.clone());
-    crds.patch(
-        "tenants.fabrik.dev",
-        &PatchParams::apply("fabrik").force(),
-        &Patch::Apply(&Tenant::crd()),
-    )
-    .await
-    .context("cannot install the Tenant CRD")?;
-    let tenants: Api<Tenant> = Api::all(host.clone());
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while tenants.list(&Default::default()).await.is_err() {
-        if Instant::now() > deadline {
-            anyhow::bail!("the Tenant CRD was not served within 10 s");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
 }
 
 /// The first tenant of a new `fabrik up`: `demo`, with 8 GPUs.

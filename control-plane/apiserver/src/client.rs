@@ -8,7 +8,7 @@ use std::sync::Arc;
 use http::Request;
 use http_body_util::{BodyExt, Full};
 
-use crate::handler::UserInfo;
+use crate::auth::{Caller, UserInfo};
 use crate::server::ApiServer;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -42,7 +42,7 @@ pub fn in_process_client(server: Arc<ApiServer>, user: UserInfo) -> kube::Client
             let body = Full::new(bytes).map_err(|never| match never {}).boxed();
             Ok::<_, BoxError>(
                 server
-                    .handle(Request::from_parts(parts, body), Some(user))
+                    .handle(Request::from_parts(parts, body), Caller::Trusted(user))
                     .await,
             )
         }
@@ -54,7 +54,8 @@ pub fn in_process_client(server: Arc<ApiServer>, user: UserInfo) -> kube::Client
 pub fn controller_identity(name: &str) -> UserInfo {
     UserInfo {
         name: format!("system:fabrik:{name}"),
-        groups: vec!["system:masters".into()],
+        groups: vec!["system:masters".into(), crate::auth::AUTHENTICATED.into()],
+        ..UserInfo::default()
     }
 }
 
@@ -79,7 +80,7 @@ mod tests {
             .await
             .expect("bootstrap");
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let server = ApiServer::new(registry, Settings::default(), stop_rx);
+        let server = ApiServer::new(registry, Settings::default(), stop_rx).expect("server");
         let client = in_process_client(server, controller_identity("test"));
 
         let namespaces: Api<Namespace> = Api::all(client.clone());

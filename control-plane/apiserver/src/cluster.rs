@@ -49,6 +49,9 @@ pub enum StartError {
     /// Creating the bootstrap objects.
     #[error("failed to create bootstrap objects: {0}")]
     Bootstrap(#[from] ApiError),
+    /// Authentication settings.
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
 }
 
 /// A started cluster: its API server, CA and in-process controllers (served by a
@@ -85,17 +88,31 @@ impl Cluster {
     pub async fn start(
         store: Arc<dyn Store>,
         ca: Ca,
-        settings: Settings,
+        mut settings: Settings,
     ) -> Result<Cluster, StartError> {
+        if settings.auth.client_ca_pem.is_none() {
+            settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
+        }
         let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
         bootstrap(&registry).await?;
+        crate::rbac::bootstrap::ensure(&registry).await?;
         // Serve the CRDs that exist before answering anything, so their objects are reachable
         // from the first request after a restart.
         let mut crds = crate::controllers::crd::CrdController::default();
         crds.reconcile_all(&registry).await?;
         let (stop, stop_rx) = watch::channel(false);
-        let server = ApiServer::new(registry.clone(), settings, stop_rx);
+        let server = ApiServer::new(registry.clone(), settings, stop_rx)?;
         let mut tasks = Vec::new();
+        // Authorization decisions come from the RBAC cache: load it before serving.
+        let rbac = server.authorizer().cache().clone();
+        tasks.push(tokio::spawn(
+            rbac.clone().run(registry.clone(), server.shutdown_signal()),
+        ));
+        rbac.synced().await;
+        tasks.push(tokio::spawn(crate::rbac::aggregation::run(
+            registry.clone(),
+            server.shutdown_signal(),
+        )));
         // Build the OpenAPI documents in the background: the first kubectl that asks for them
         // then gets them from the cache instead of waiting for their generation.
         let warm = server.clone();

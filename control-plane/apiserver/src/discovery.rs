@@ -11,6 +11,11 @@ fn subresource_kind(def: &ResourceDef, sub: Subresource) -> (String, String, Str
         Subresource::Scale => ("autoscaling".into(), "v1".into(), "Scale".into()),
         Subresource::Binding => (String::new(), "v1".into(), "Binding".into()),
         Subresource::Eviction => ("policy".into(), "v1".into(), "Eviction".into()),
+        Subresource::Token => (
+            "authentication.k8s.io".into(),
+            "v1".into(),
+            "TokenRequest".into(),
+        ),
         Subresource::Status | Subresource::Finalize => {
             (def.group.clone(), def.version.clone(), def.kind.clone())
         }
@@ -20,7 +25,7 @@ fn subresource_kind(def: &ResourceDef, sub: Subresource) -> (String, String, Str
 fn subresource_verbs(sub: Subresource) -> Vec<&'static str> {
     match sub {
         Subresource::Status | Subresource::Scale => vec!["get", "patch", "update"],
-        Subresource::Binding | Subresource::Eviction => vec!["create"],
+        Subresource::Binding | Subresource::Eviction | Subresource::Token => vec!["create"],
         Subresource::Finalize => vec!["update"],
     }
 }

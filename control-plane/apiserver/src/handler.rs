@@ -19,9 +19,11 @@ use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
 use serde_json::{json, Value};
 
+use crate::auth::Caller;
 use crate::discovery;
 use crate::error::{ApiError, Result};
 use crate::negotiation::{self, BodyType, Output};
+use crate::rbac::Attributes;
 use crate::registry::{
     self, DeleteOptions, FieldValidation, ListParams, Part, Propagation, Registry, WatchParams,
     WriteOptions,
@@ -41,14 +43,7 @@ pub type RequestBody =
 /// Requests larger than this are refused with 413 (upstream: 3 MiB).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
-/// The authenticated caller.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct UserInfo {
-    /// User name (certificate CN).
-    pub name: String,
-    /// Groups (certificate O).
-    pub groups: Vec<String>,
-}
+pub use crate::auth::UserInfo;
 
 /// A response being built: status, body, content type, warnings.
 struct Reply {
@@ -170,6 +165,7 @@ impl Query {
             dry_run: self.dry_run()?,
             field_validation: FieldValidation::parse(self.get("fieldValidation").unwrap_or(""))?,
             field_manager: Some(manager),
+            user: None,
         })
     }
 
@@ -239,17 +235,29 @@ where
 }
 
 impl ApiServer {
-    /// Serves one request from `user` (None: no client certificate).
+    /// The write options of a request, with its user for admission.
+    fn write_options(
+        &self,
+        query: &Query,
+        user_agent: Option<&str>,
+        user: &UserInfo,
+    ) -> Result<WriteOptions> {
+        let mut opts = query.write_options(user_agent)?;
+        opts.user = Some(Arc::new(user.clone()));
+        Ok(opts)
+    }
+
+    /// Serves one request from `caller`.
     pub async fn handle(
         self: Arc<Self>,
         req: Request<RequestBody>,
-        user: Option<UserInfo>,
+        caller: Caller,
     ) -> Response<Body> {
         let started = Instant::now();
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let query = Query::parse(req.uri().query());
-        let (reply, verb, resource) = match self.route(req, &query, user.as_ref()).await {
+        let (reply, verb, resource) = match self.route(req, &query, caller).await {
             Ok(ok) => ok,
             Err((err, verb, resource)) => {
                 if err.code() >= 500 {
@@ -283,41 +291,105 @@ impl ApiServer {
         resp
     }
 
+    /// Who the request comes from: the in-process caller as given, a network caller by its
+    /// certificate or bearer token, then impersonation if asked (and allowed).
+    async fn identify(
+        &self,
+        req: &Request<RequestBody>,
+        caller: Caller,
+    ) -> Result<Option<UserInfo>> {
+        let user = match caller {
+            Caller::Trusted(u) => Some(u),
+            Caller::Network(cert) => match self
+                .auth
+                .authenticate(req.headers(), cert.as_ref(), &self.registry)
+                .await
+            {
+                Ok(u) => u,
+                Err(e) => {
+                    tracing::debug!(error = %e, "authentication failed");
+                    return Err(ApiError::Unauthorized);
+                }
+            },
+        };
+        match user {
+            Some(u) => crate::auth::impersonation::apply(req.headers(), u, &self.authz).map(Some),
+            None => Ok(None),
+        }
+    }
+
     async fn route(
         &self,
         req: Request<RequestBody>,
         query: &Query,
-        user: Option<&UserInfo>,
+        caller: Caller,
     ) -> std::result::Result<(Reply, String, String), (ApiError, String, String)> {
         let method = req.method().clone();
+        let lower = method.as_str().to_ascii_lowercase();
         // Authentication comes before routing (as upstream): an anonymous caller gets 401 for
         // every path but the public ones, and learns nothing about which paths exist.
-        let public_path = matches!(
-            request_info::parse(&method, req.uri().path(), false),
-            Ok(Route::Health | Route::Version)
-        );
-        if user.is_none() && !public_path {
-            return Err((
-                ApiError::Unauthorized,
-                method.as_str().to_ascii_lowercase(),
-                String::new(),
-            ));
-        }
+        let user = self
+            .identify(&req, caller)
+            .await
+            .map_err(|e| (e, lower.clone(), String::new()))?;
+        let public_path = request_info::parse(&method, req.uri().path(), false)
+            .map(|r| r.is_public())
+            .unwrap_or(false);
+        let Some(user) = user else {
+            if public_path {
+                let route = request_info::parse(&method, req.uri().path(), false)
+                    .map_err(|e| (e, lower.clone(), String::new()))?;
+                return self
+                    .non_resource(&req, route)
+                    .await
+                    .map(|r| (r, lower.clone(), String::new()))
+                    .map_err(|e| (e, lower, String::new()));
+            }
+            return Err((ApiError::Unauthorized, lower, String::new()));
+        };
         let watch = query
             .flag("watch")
             .map_err(|e| (e, "watch".to_string(), String::new()))?;
         let route = request_info::parse(&method, req.uri().path(), watch)
-            .map_err(|e| (e, method.as_str().to_ascii_lowercase(), String::new()))?;
+            .map_err(|e| (e, lower.clone(), String::new()))?;
         let (verb, resource) = match &route {
             Route::Resource(r) => (r.verb.as_str().to_string(), r.resource.clone()),
-            _ => (method.as_str().to_ascii_lowercase(), String::new()),
+            _ => (lower.clone(), String::new()),
         };
-        let public = matches!(route, Route::Health | Route::Version);
-        if !public && user.is_none() {
-            return Err((ApiError::Unauthorized, verb, resource));
+        if !route.is_public() {
+            let attrs = match &route {
+                Route::Resource(r) => Attributes::resource(
+                    r.verb.as_str(),
+                    &r.group,
+                    &r.resource,
+                    r.subresource.as_deref().unwrap_or(""),
+                    r.namespace.as_deref().unwrap_or(""),
+                    r.name.as_deref().unwrap_or(""),
+                ),
+                _ => Attributes::non_resource(&lower, req.uri().path()),
+            };
+            let attrs = match &route {
+                // `namespaces/<name>` is the namespace itself: RBAC sees it in that namespace.
+                Route::Resource(r)
+                    if r.group.is_empty() && r.resource == "namespaces" && r.name.is_some() =>
+                {
+                    Attributes {
+                        namespace: r.name.clone().unwrap_or_default(),
+                        ..attrs
+                    }
+                }
+                _ => attrs,
+            };
+            if !self.authz.authorize(&user, &attrs).allowed() {
+                return Err((
+                    ApiError::Forbidden(crate::rbac::forbidden_message(&user, &attrs)),
+                    verb,
+                    resource,
+                ));
+            }
         }
         let result = match route {
-            Route::Resource(r) => self.resource(req, query, r).await,
+            Route::Resource(r) => self.resource(req, query, r, user).await,
             other => self.non_resource(&req, other).await,
         };
         match result {
@@ -389,6 +461,14 @@ impl ApiServer {
                 .openapi
                 .v3(catalog, &g, &v)
                 .map(|d| Reply::json(StatusCode::OK, &d)),
+            Route::OidcDiscovery => {
+                Ok(Reply::json(StatusCode::OK, &self.auth.tokens().discovery()))
+            }
+            Route::Jwks => {
+                let mut reply = Reply::json(StatusCode::OK, &self.auth.tokens().jwks());
+                reply.content_type = "application/jwk-set+json";
+                Ok(reply)
+            }
             Route::Resource(_) => Err(ApiError::NoRoute),
         }
     }
@@ -398,6 +478,7 @@ impl ApiServer {
         req: Request<RequestBody>,
         query: &Query,
         r: ResourceRequest,
+        user: UserInfo,
     ) -> Result<Reply> {
         let def = self
             .registry
@@ -421,6 +502,15 @@ impl ApiServer {
         }
         let ns = r.namespace.as_deref();
         let output = negotiation::output(header_str(&req, header::ACCEPT))?;
+        if def.create_only {
+            if r.verb != Verb::Create || r.name.is_some() {
+                return Err(ApiError::MethodNotAllowed);
+            }
+            let content_type = header_str(&req, header::CONTENT_TYPE).map(str::to_string);
+            let body = self.decode(req, content_type.as_deref(), false).await?;
+            let answer = self.review(&def, ns, &user, body).await?;
+            return Ok(Reply::encoded(StatusCode::CREATED, &answer, output));
+        }
         let content_type = header_str(&req, header::CONTENT_TYPE).map(str::to_string);
         let user_agent = header_str(&req, header::USER_AGENT).map(str::to_string);
         let reg: &Registry = &self.registry;
@@ -446,7 +536,12 @@ impl ApiServer {
             (Verb::Create, None) if r.name.is_none() => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
                 let w = reg
-                    .create(&def, ns, body, &query.write_options(user_agent.as_deref())?)
+                    .create(
+                        &def,
+                        ns,
+                        body,
+                        &self.write_options(query, user_agent.as_deref(), &user)?,
+                    )
                     .await?;
                 Ok(self
                     .render_object(&def, StatusCode::CREATED, w.object, output, query)
@@ -456,6 +551,13 @@ impl ApiServer {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
                 reg.bind_pod(&def, ns, &name, &body).await?;
                 Ok(Reply::json(StatusCode::CREATED, &success_status()))
+            }
+            (Verb::Create, Some(Subresource::Token)) => {
+                let body = self.decode(req, content_type.as_deref(), false).await?;
+                let answer = self
+                    .token_request(&def, ns.unwrap_or(""), &name, body)
+                    .await?;
+                Ok(Reply::encoded(StatusCode::CREATED, &answer, output))
             }
             (Verb::Create, Some(Subresource::Eviction)) => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
@@ -471,7 +573,7 @@ impl ApiServer {
                         &name,
                         body,
                         Part::of(sub),
-                        &query.write_options(user_agent.as_deref())?,
+                        &self.write_options(query, user_agent.as_deref(), &user)?,
                     )
                     .await?;
                 Ok(self
@@ -486,7 +588,7 @@ impl ApiServer {
                         ns,
                         &name,
                         &body,
-                        &query.write_options(user_agent.as_deref())?,
+                        &self.write_options(query, user_agent.as_deref(), &user)?,
                     )
                     .await?;
                 Ok(Reply::encoded(StatusCode::OK, &scale, output))
@@ -497,7 +599,7 @@ impl ApiServer {
                 if ty == BodyType::ApplyPatch {
                     let force = query.flag("force")?;
                     let manager = query.get("fieldManager").unwrap_or("").to_string();
-                    let mut opts = query.write_options(user_agent.as_deref())?;
+                    let mut opts = self.write_options(query, user_agent.as_deref(), &user)?;
                     opts.field_manager = None;
                     let w = reg
                         .apply(&def, ns, &name, body, Part::of(sub), &manager, force, &opts)
@@ -519,7 +621,7 @@ impl ApiServer {
                         ty,
                         &body,
                         Part::of(sub),
-                        &query.write_options(user_agent.as_deref())?,
+                        &self.write_options(query, user_agent.as_deref(), &user)?,
                     )
                     .await?;
                 Ok(self
@@ -542,7 +644,7 @@ impl ApiServer {
                         ns,
                         &name,
                         &patched,
-                        &query.write_options(user_agent.as_deref())?,
+                        &self.write_options(query, user_agent.as_deref(), &user)?,
                     )
                     .await?;
                 Ok(Reply::encoded(StatusCode::OK, &scale, output))

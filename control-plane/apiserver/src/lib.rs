@@ -8,10 +8,11 @@
 //!   → registry (generic verbs) → strategy (per kind) → store → handler (encode: JSON, YAML, Table)
 //! ```
 //!
-//! What it does not do (yet): server-side apply, CRDs, RBAC and admission plugins, the pod
-//! streaming subresources; those arrive with their issues.
+//! Requests from the network are authenticated ([`auth`]: client certificates, service-account
+//! tokens, OIDC), authorized ([`rbac`]) and admitted ([`admission`]) before the registry acts.
 
 pub mod admission;
+pub mod auth;
 pub mod client;
 pub mod cluster;
 pub mod controllers;
@@ -25,9 +26,11 @@ pub mod metrics;
 pub mod negotiation;
 pub mod openapi;
 pub mod pki;
+pub mod rbac;
 pub mod registry;
 pub mod request_info;
 pub mod resources;
+pub mod reviews;
 pub mod router;
 pub mod server;
 pub mod strategy;

@@ -74,6 +74,10 @@ fn sub_doc(def: &ResourceDef, sub: Subresource) -> SubresourceDoc {
             vec!["get".into(), "patch".into(), "update".into()],
         ),
         Subresource::Finalize => (def.definition.clone(), vec!["update".into()]),
+        Subresource::Token => (
+            "io.k8s.api.authentication.v1.TokenRequest".into(),
+            vec!["create".into()],
+        ),
     };
     SubresourceDoc {
         name: sub.name().into(),

@@ -208,6 +208,15 @@ pub fn identity(der: &[u8]) -> Option<Identity> {
     })
 }
 
+/// When a certificate expires.
+pub fn not_after(der: &[u8]) -> Option<rustls::pki_types::UnixTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let secs = u64::try_from(cert.validity().not_after.timestamp()).ok()?;
+    Some(rustls::pki_types::UnixTime::since_unix_epoch(
+        std::time::Duration::from_secs(secs),
+    ))
+}
+
 /// The subject distinguished name (DER) of a certificate.
 pub fn subject(der: &[u8]) -> Option<Vec<u8>> {
     let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;

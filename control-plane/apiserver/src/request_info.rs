@@ -86,8 +86,22 @@ pub enum Route {
     OpenApiV3Index,
     /// `/openapi/v3/api/v1`, `/openapi/v3/apis/<g>/<v>`: the group and version.
     OpenApiV3(String, String),
+    /// `/.well-known/openid-configuration`: the service-account issuer's discovery document.
+    OidcDiscovery,
+    /// `/openid/v1/jwks`: the service-account signing keys.
+    Jwks,
     /// A resource request.
     Resource(ResourceRequest),
+}
+
+impl Route {
+    /// Paths served without credentials.
+    pub fn is_public(&self) -> bool {
+        matches!(
+            self,
+            Route::Health | Route::Version | Route::OidcDiscovery | Route::Jwks
+        )
+    }
 }
 
 /// Subresources of namespaces that sit directly under `/namespaces/<name>/`.
@@ -120,6 +134,8 @@ pub fn parse(method: &http::Method, path: &str, watch_param: bool) -> Result<Rou
         ["healthz", ..] | ["livez", ..] | ["readyz", ..] => return Ok(Route::Health),
         ["version"] => return Ok(Route::Version),
         ["metrics"] => return Ok(Route::Metrics),
+        [".well-known", "openid-configuration"] => return Ok(Route::OidcDiscovery),
+        ["openid", "v1", "jwks"] => return Ok(Route::Jwks),
         ["api"] => return Ok(Route::CoreVersions),
         ["apis"] => return Ok(Route::Groups),
         ["apis", g] => return Ok(Route::Group(g.to_string())),

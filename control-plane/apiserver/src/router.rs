@@ -1,11 +1,14 @@
 //! One listener, many clusters: the host cluster at `/`, each tenant at `/clusters/<name>/`.
+//! A router built with [`Router::tenants_only`] (`fabrik serve`, where the host is a real
+//! cluster elsewhere) has no cluster at `/`: it answers only the health paths there, and 404
+//! for everything else outside `/clusters/`.
 //!
 //! The tenant is parsed from the path in exactly this layer and the request handed, with the
 //! prefix stripped, to that tenant's API server; an unknown tenant is a 404 and never reaches
-//! another cluster. Client certificates are verified at the TLS handshake against every
-//! cluster's CA (a [`ClientCas`] verifier whose roots change as tenants come and go), then
-//! here against the CA of the cluster the request addresses: a certificate issued by tenant
-//! B's CA is anonymous on `/clusters/a` (each CA has a unique subject).
+//! another cluster. The TLS layer asks for a client certificate and checks only that the client
+//! holds its key ([`ClientCerts`]); whether the certificate names a user is decided by the API
+//! server the request addresses, against that cluster's own CA — a certificate issued by tenant
+//! B's CA is refused (401) on `/clusters/a`.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -14,36 +17,18 @@ use http::{Request, Response, Uri};
 use rustls::client::danger::HandshakeSignatureValid;
 use rustls::pki_types::{CertificateDer, UnixTime};
 use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
-use rustls::server::WebPkiClientVerifier;
 use rustls::{DigitallySignedStruct, DistinguishedName, SignatureScheme};
 use serde_json::json;
 
+use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::handler::{Body, RequestBody, UserInfo};
-use crate::pki;
+use crate::handler::{Body, RequestBody};
 use crate::server::ApiServer;
 
-/// A cluster the router serves: its API server and the subject of its CA.
+/// A cluster the router serves.
 #[derive(Clone)]
 struct Target {
     server: Arc<ApiServer>,
-    ca_der: CertificateDer<'static>,
-    ca_subject: Vec<u8>,
-}
-
-impl Target {
-    fn new(server: Arc<ApiServer>, ca_pem: &str) -> Result<Target, RouterError> {
-        let der = rustls_pemfile::certs(&mut ca_pem.as_bytes())
-            .next()
-            .ok_or(RouterError::NoCa)?
-            .map_err(|e| RouterError::Pem(e.to_string()))?;
-        let subject = pki::subject(&der).ok_or(RouterError::NoCa)?;
-        Ok(Target {
-            server,
-            ca_der: der,
-            ca_subject: subject,
-        })
-    }
 }
 
 /// Errors configuring the router.
@@ -62,54 +47,54 @@ pub enum RouterError {
 
 /// The clusters behind one listener.
 pub struct Router {
-    host: Target,
+    /// The cluster at `/` (none for a tenants-only router).
+    host: Option<Target>,
     tenants: RwLock<HashMap<String, Target>>,
-    verifier: Arc<ClientCas>,
+    verifier: Arc<ClientCerts>,
 }
 
 impl Router {
-    /// A router serving `host` at `/`.
-    pub fn new(host: Arc<ApiServer>, host_ca_pem: &str) -> Result<Arc<Router>, RouterError> {
-        let host = Target::new(host, host_ca_pem)?;
-        let verifier = Arc::new(ClientCas::new(vec![host.ca_der.clone()])?);
+    /// A router serving `host` at `/` (its CA is checked by the host's API server).
+    pub fn new(host: Arc<ApiServer>, _host_ca_pem: &str) -> Result<Arc<Router>, RouterError> {
         Ok(Arc::new(Router {
-            host,
+            host: Some(Target { server: host }),
             tenants: RwLock::new(HashMap::new()),
-            verifier,
+            verifier: Arc::new(ClientCerts::new()),
         }))
     }
 
+    /// A router serving tenants only: no cluster at `/`, where only `/healthz`, `/livez` and
+    /// `/readyz` (and their sub-paths) are answered (`200 ok`, for probes); any other path
+    /// outside `/clusters/<name>/` is a 404.
+    pub fn tenants_only() -> Arc<Router> {
+        Arc::new(Router {
+            host: None,
+            tenants: RwLock::new(HashMap::new()),
+            verifier: Arc::new(ClientCerts::new()),
+        })
+    }
+
     /// The verifier the TLS configuration must use.
-    pub fn client_verifier(&self) -> Arc<ClientCas> {
+    pub fn client_verifier(&self) -> Arc<ClientCerts> {
         self.verifier.clone()
     }
 
-    fn refresh_roots(&self) -> Result<(), RouterError> {
-        let mut roots = vec![self.host.ca_der.clone()];
-        if let Ok(t) = self.tenants.read() {
-            roots.extend(t.values().map(|t| t.ca_der.clone()));
-        }
-        self.verifier.set_roots(roots)
-    }
-
-    /// Serves `server` at `/clusters/<name>/`, trusting client certificates of `ca_pem`.
+    /// Serves `server` at `/clusters/<name>/` (its CA is checked by the tenant's API server).
     pub fn add_tenant(
         &self,
         name: &str,
         server: Arc<ApiServer>,
-        ca_pem: &str,
+        _ca_pem: &str,
     ) -> Result<(), RouterError> {
-        let target = Target::new(server, ca_pem)?;
         if let Ok(mut t) = self.tenants.write() {
-            t.insert(name.to_string(), target);
+            t.insert(name.to_string(), Target { server });
         }
-        self.refresh_roots()
+        Ok(())
     }
 
     /// Stops serving a tenant; returns its API server if it was served.
     pub fn remove_tenant(&self, name: &str) -> Option<Arc<ApiServer>> {
         let removed = self.tenants.write().ok().and_then(|mut t| t.remove(name));
-        let _ = self.refresh_roots();
         removed.map(|t| t.server)
     }
 
@@ -129,8 +114,16 @@ impl Router {
     ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let Some(rest) = path.strip_prefix("/clusters/") else {
-            let user = identity_for(&self.host, peer_cert.as_ref());
-            return self.host.server.clone().handle(req, user).await;
+            return match &self.host {
+                Some(host) => {
+                    host.server
+                        .clone()
+                        .handle(req, Caller::Network(peer_cert))
+                        .await
+                }
+                None if is_health(&path) => health_ok(),
+                None => no_route(),
+            };
         };
         let (name, tail) = match rest.split_once('/') {
             Some((n, t)) => (n.to_string(), format!("/{t}")),
@@ -149,36 +142,53 @@ impl Router {
             Ok(uri) => parts.uri = uri,
             Err(_) => return not_found(&name),
         }
-        let user = identity_for(&target, peer_cert.as_ref());
         target
             .server
             .clone()
-            .handle(Request::from_parts(parts, body), user)
+            .handle(Request::from_parts(parts, body), Caller::Network(peer_cert))
             .await
     }
 }
 
-/// The identity of a client certificate, if `target`'s CA issued it.
-fn identity_for(target: &Target, cert: Option<&CertificateDer<'static>>) -> Option<UserInfo> {
-    let cert = cert?;
-    let id = pki::identity(cert)?;
-    (id.issuer == target.ca_subject).then_some(UserInfo {
-        name: id.user,
-        groups: id.groups,
+fn not_found(name: &str) -> Response<Body> {
+    status_response(&ApiError::NotFound {
+        resource: crate::error::GroupResource::new("", "clusters"),
+        name: name.to_string(),
     })
 }
 
-fn not_found(name: &str) -> Response<Body> {
-    let status = ApiError::NotFound {
-        resource: crate::error::GroupResource::new("", "clusters"),
-        name: name.to_string(),
-    }
-    .to_status();
+/// A path outside `/clusters/` on a tenants-only router.
+fn no_route() -> Response<Body> {
+    status_response(&ApiError::NoRoute)
+}
+
+/// `/healthz`, `/livez`, `/readyz` and their sub-checks (`/readyz/ping`).
+fn is_health(path: &str) -> bool {
+    ["/healthz", "/livez", "/readyz"].iter().any(|p| {
+        path.strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    })
+}
+
+fn health_ok() -> Response<Body> {
+    let mut resp = Response::new(http_body_util::BodyExt::boxed_unsync(
+        http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+    ));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    resp
+}
+
+fn status_response(err: &ApiError) -> Response<Body> {
+    let status = err.to_status();
+    let code = http::StatusCode::from_u16(err.code()).unwrap_or(http::StatusCode::NOT_FOUND);
     let body = serde_json::to_vec(&status).unwrap_or_else(|_| json!({}).to_string().into_bytes());
     let mut resp = Response::new(http_body_util::BodyExt::boxed_unsync(
         http_body_util::Full::new(bytes::Bytes::from(body)),
     ));
-    *resp.status_mut() = http::StatusCode::NOT_FOUND;
+    *resp.status_mut() = code;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
@@ -186,48 +196,23 @@ fn not_found(name: &str) -> Response<Body> {
     resp
 }
 
-/// A client-certificate verifier over a changing set of CAs (the host's and every tenant's).
-/// Certificates are optional: requests without one are anonymous.
+/// The TLS side of client certificates: optional, and any certificate is accepted as long as
+/// the client proves it holds the key (the handshake signature is verified). Which CA issued it,
+/// and whether it is still valid, is checked per request by the addressed cluster.
 #[derive(Debug)]
-pub struct ClientCas {
-    inner: RwLock<Arc<dyn ClientCertVerifier>>,
+pub struct ClientCerts {
+    algorithms: rustls::crypto::WebPkiSupportedAlgorithms,
 }
 
-fn build(roots: Vec<CertificateDer<'static>>) -> Result<Arc<dyn ClientCertVerifier>, RouterError> {
-    let mut store = rustls::RootCertStore::empty();
-    for r in roots {
-        store
-            .add(r)
-            .map_err(|e| RouterError::Verifier(e.to_string()))?;
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    WebPkiClientVerifier::builder_with_provider(Arc::new(store), provider)
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| RouterError::Verifier(e.to_string()))
-}
-
-impl ClientCas {
-    fn new(roots: Vec<CertificateDer<'static>>) -> Result<ClientCas, RouterError> {
-        Ok(ClientCas {
-            inner: RwLock::new(build(roots)?),
-        })
-    }
-
-    fn set_roots(&self, roots: Vec<CertificateDer<'static>>) -> Result<(), RouterError> {
-        let v = build(roots)?;
-        if let Ok(mut i) = self.inner.write() {
-            *i = v;
+impl ClientCerts {
+    fn new() -> ClientCerts {
+        ClientCerts {
+            algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms,
         }
-        Ok(())
-    }
-
-    fn current(&self) -> Option<Arc<dyn ClientCertVerifier>> {
-        self.inner.read().ok().map(|i| i.clone())
     }
 }
 
-impl ClientCertVerifier for ClientCas {
+impl ClientCertVerifier for ClientCerts {
     fn offer_client_auth(&self) -> bool {
         true
     }
@@ -237,21 +222,17 @@ impl ClientCertVerifier for ClientCas {
     }
 
     fn root_hint_subjects(&self) -> &[DistinguishedName] {
-        // No hints: with many tenant CAs the list would be long, and clients with one
-        // certificate present it when the server names no acceptable CAs.
+        // No hints: clients with one certificate present it when the server names no CAs.
         &[]
     }
 
     fn verify_client_cert(
         &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        now: UnixTime,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
     ) -> Result<ClientCertVerified, rustls::Error> {
-        match self.current() {
-            Some(v) => v.verify_client_cert(end_entity, intermediates, now),
-            None => Err(rustls::Error::General("client verifier unavailable".into())),
-        }
+        Ok(ClientCertVerified::assertion())
     }
 
     fn verify_tls12_signature(
@@ -260,10 +241,7 @@ impl ClientCertVerifier for ClientCas {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        match self.current() {
-            Some(v) => v.verify_tls12_signature(message, cert, dss),
-            None => Err(rustls::Error::General("client verifier unavailable".into())),
-        }
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -272,15 +250,49 @@ impl ClientCertVerifier for ClientCas {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        match self.current() {
-            Some(v) => v.verify_tls13_signature(message, cert, dss),
-            None => Err(rustls::Error::General("client verifier unavailable".into())),
-        }
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.current()
-            .map(|v| v.supported_verify_schemes())
-            .unwrap_or_default()
+        self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(path: &str) -> Request<RequestBody> {
+        let body = http_body_util::BodyExt::boxed(
+            http_body_util::Empty::<bytes::Bytes>::new()
+                .map_err(|never| -> Box<dyn std::error::Error + Send + Sync> { match never {} }),
+        );
+        let mut req = Request::new(body);
+        *req.uri_mut() = path.parse().unwrap_or_default();
+        req
+    }
+
+    #[tokio::test]
+    async fn a_tenants_only_router_answers_health_and_nothing_else_outside_clusters() {
+        let router = Router::tenants_only();
+        for path in ["/healthz", "/livez", "/readyz", "/readyz/ping"] {
+            let resp = router.handle(get(path), None).await;
+            assert_eq!(resp.status(), http::StatusCode::OK, "{path}");
+        }
+        for path in [
+            "/",
+            "/api",
+            "/api/v1/namespaces",
+            "/apis",
+            "/version",
+            "/healthzz",
+            "/metrics",
+        ] {
+            let resp = router.handle(get(path), None).await;
+            assert_eq!(resp.status(), http::StatusCode::NOT_FOUND, "{path}");
+        }
+        let resp = router.handle(get("/clusters/nobody/api"), None).await;
+        assert_eq!(resp.status(), http::StatusCode::NOT_FOUND);
+        assert!(router.tenant_names().is_empty());
     }
 }

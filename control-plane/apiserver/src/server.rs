@@ -66,6 +66,8 @@ pub struct Settings {
     pub max_watch: Duration,
     /// The address clients use (for `/api`'s serverAddressByClientCIDRs).
     pub server_address: String,
+    /// Who may authenticate, and how.
+    pub auth: crate::auth::AuthSettings,
 }
 
 impl Default for Settings {
@@ -74,6 +76,7 @@ impl Default for Settings {
             bookmark_interval: Duration::from_secs(5),
             max_watch: Duration::from_secs(1800),
             server_address: String::new(),
+            auth: crate::auth::AuthSettings::default(),
         }
     }
 }
@@ -84,6 +87,8 @@ pub struct ApiServer {
     pub(crate) metrics: Metrics,
     pub(crate) openapi: OpenApi,
     pub(crate) settings: Settings,
+    pub(crate) auth: crate::auth::Authenticator,
+    pub(crate) authz: crate::rbac::Authorizer,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -93,14 +98,31 @@ impl ApiServer {
         registry: Arc<Registry>,
         settings: Settings,
         shutdown: watch::Receiver<bool>,
-    ) -> Arc<ApiServer> {
-        Arc::new(ApiServer {
+    ) -> Result<Arc<ApiServer>, crate::auth::AuthError> {
+        let auth = crate::auth::Authenticator::new(&settings.auth)?;
+        let authz = crate::rbac::Authorizer::default();
+        registry.add_admission(Arc::new(crate::rbac::escalation::Escalation::new(
+            authz.clone(),
+        )));
+        Ok(Arc::new(ApiServer {
             registry,
             metrics: Metrics::default(),
             openapi: OpenApi::default(),
             settings,
+            auth,
+            authz,
             shutdown,
-        })
+        }))
+    }
+
+    /// The authorizer (RBAC).
+    pub fn authorizer(&self) -> &crate::rbac::Authorizer {
+        &self.authz
+    }
+
+    /// The authenticator.
+    pub fn authenticator(&self) -> &crate::auth::Authenticator {
+        &self.auth
     }
 
     /// The registry.

@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::{
-    apps, authentication, authorization, autoscaling, batch, coordination, core, discovery, events,
-    networking, node, policy, rbac, resource, scheduling, storage,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, coordination,
+    core, discovery, events, networking, node, policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
@@ -98,6 +98,8 @@ pub(crate) fn generate() -> BTreeMap<String, Value> {
     c.listable::<resource::v1::ResourceClaimTemplate>();
     c.listable::<resource::v1::ResourceSlice>();
     c.listable::<apiextensions::CustomResourceDefinition>();
+    c.listable::<admissionregistration::v1::ValidatingAdmissionPolicy>();
+    c.listable::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>();
     c.kind::<authentication::v1::TokenReview>();
     c.kind::<authentication::v1::TokenRequest>();
     c.kind::<authentication::v1::SelfSubjectReview>();

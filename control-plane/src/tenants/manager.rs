@@ -208,23 +208,57 @@ fn secret_text(secret: &Secret, key: &str) -> Option<String> {
         .and_then(|v| String::from_utf8(v.0.clone()).ok())
 }
 
-/// The tenant's CA, created once and kept in a host Secret.
-async fn tenant_ca(secrets: &Api<Secret>, tenant: &str) -> Result<Ca, Error> {
+/// The tenant's CA and service-account signing key, created once and kept in a host Secret
+/// (a Secret from before signing keys existed gets one added).
+async fn tenant_ca(
+    secrets: &Api<Secret>,
+    tenant: &str,
+) -> Result<(Ca, Arc<fabrik_apiserver::auth::SigningKey>), Error> {
+    let signing = |pem: &str| {
+        fabrik_apiserver::auth::SigningKey::from_pem(pem)
+            .map(Arc::new)
+            .map_err(|e| Error::Invalid(format!("service-account key of tenant {tenant}: {e}")))
+    };
+    let fresh_key = || {
+        fabrik_apiserver::auth::SigningKey::generate()
+            .map(Arc::new)
+            .map_err(|e| Error::Invalid(format!("service-account key of tenant {tenant}: {e}")))
+    };
     if let Some(s) = secrets.get_opt(CA_SECRET).await? {
         let (Some(cert), Some(key)) = (secret_text(&s, "ca.crt"), secret_text(&s, "ca.key")) else {
             return Err(Error::Invalid(format!("CA Secret of tenant {tenant}")));
         };
-        return Ok(Ca::from_pem(&cert, &key)?);
+        let ca = Ca::from_pem(&cert, &key)?;
+        let sa_key = match secret_text(&s, "sa.key") {
+            Some(pem) => signing(&pem)?,
+            None => {
+                let k = fresh_key()?;
+                secrets
+                    .patch(
+                        CA_SECRET,
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"data": {"sa.key": b64(&k.to_pem())}})),
+                    )
+                    .await?;
+                k
+            }
+        };
+        return Ok((ca, sa_key));
     }
     let ca = Ca::generate(&format!("fabrik-tenant-{tenant}-{}", uuid_short()))?;
+    let sa_key = fresh_key()?;
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret",
         "metadata": {"name": CA_SECRET, "labels": {"fabrik.dev/tenant": tenant}},
         "type": "Opaque",
-        "data": {"ca.crt": b64(&ca.pair().cert_pem), "ca.key": b64(&ca.pair().key_pem)},
+        "data": {
+            "ca.crt": b64(&ca.pair().cert_pem),
+            "ca.key": b64(&ca.pair().key_pem),
+            "sa.key": b64(&sa_key.to_pem()),
+        },
     });
     apply(secrets, CA_SECRET, secret).await?;
-    Ok(ca)
+    Ok((ca, sa_key))
 }
 
 fn uuid_short() -> String {
@@ -265,30 +299,36 @@ struct SyncerAdmission {
     policy: syncer::Policy,
 }
 
+#[async_trait::async_trait]
 impl fabrik_apiserver::admission::Admission for SyncerAdmission {
-    fn validate(
+    fn name(&self) -> &'static str {
+        "FabrikTenantPodPolicy"
+    }
+
+    async fn validate(
         &self,
-        def: &fabrik_apiserver::resources::ResourceDef,
-        op: fabrik_apiserver::admission::Operation,
+        req: &fabrik_apiserver::admission::Request<'_>,
         obj: &serde_json::Value,
         old: Option<&serde_json::Value>,
-    ) -> Result<(), fabrik_apiserver::ApiError> {
-        if !(def.group.is_empty() && def.plural == "pods") {
-            return Ok(());
+    ) -> Result<fabrik_apiserver::admission::Verdict, fabrik_apiserver::ApiError> {
+        if !req.is_core("pods") || req.subresource.is_some() {
+            return Ok(fabrik_apiserver::admission::Verdict::ok());
         }
-        let checked = match (op, old) {
+        let checked = match (req.op, old) {
             (fabrik_apiserver::admission::Operation::Update, Some(old)) => {
                 syncer::check_pod_update(old, obj, &self.policy)
             }
             _ => syncer::check_pod(obj, &self.policy),
         };
-        checked.map_err(|reasons| {
-            let name = obj["metadata"]["name"].as_str().unwrap_or("");
-            fabrik_apiserver::ApiError::Forbidden(format!(
-                "pods \"{name}\" is forbidden by the tenant's policy: {}",
-                reasons.join("; ")
-            ))
-        })
+        checked
+            .map(|()| fabrik_apiserver::admission::Verdict::ok())
+            .map_err(|reasons| {
+                let name = obj["metadata"]["name"].as_str().unwrap_or("");
+                fabrik_apiserver::ApiError::Forbidden(format!(
+                    "pods \"{name}\" is forbidden by the tenant's policy: {}",
+                    reasons.join("; ")
+                ))
+            })
     }
 }
 
@@ -364,7 +404,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
     let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
     apply(&namespaces, &ns, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"fabrik.dev/tenant": name}}})).await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.host.clone(), &ns);
-    let ca = tenant_ca(&secrets, &name).await?;
+    let (ca, sa_key) = tenant_ca(&secrets, &name).await?;
 
     // The tenant's API server.
     let endpoint = format!("{}/clusters/{name}", ctx.rt.public_url);
@@ -377,6 +417,9 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             let ca_copy = Ca::from_pem(&ca.pair().cert_pem, &ca.pair().key_pem)?;
             let mut settings = ctx.rt.settings.clone();
             settings.server_address = endpoint.clone();
+            settings.auth.service_account_key = Some(sa_key.clone());
+            settings.auth.service_account_issuer = endpoint.clone();
+            settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
             let cluster = Cluster::start(store, ca_copy, settings).await?;
             let policy = policy_of(&tenant);
             cluster

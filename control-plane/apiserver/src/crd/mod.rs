@@ -163,6 +163,7 @@ pub fn resource_defs(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
             scale,
             storage_version: (version != storage).then(|| storage.to_string()),
             custom: true,
+            create_only: false,
         });
     }
     Ok(defs)

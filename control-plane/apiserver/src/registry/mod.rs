@@ -25,8 +25,10 @@ use fabrik_store::{ListOptions, Store, StoreError};
 use rand::Rng;
 use serde_json::{json, Value};
 
-use crate::admission::{Admission, Operation as AdmissionOp};
-use crate::error::{ApiError, GroupResource, Result};
+use crate::admission::{
+    Admission, Admitted, Chain, Operation as AdmissionOp, Request as AdmissionRequest,
+};
+use crate::error::{ApiError, Result};
 use crate::resources::{Catalog, ResourceDef, Subresource};
 use crate::strategy::{GracefulDelete, StrategyContext};
 
@@ -80,6 +82,8 @@ pub struct WriteOptions {
     /// The field manager whose changes `metadata.managedFields` records (None: not tracked,
     /// e.g. internal writes and server-side apply, which keeps its own bookkeeping).
     pub field_manager: Option<String>,
+    /// Who writes (None: the server itself), for admission.
+    pub user: Option<Arc<crate::auth::UserInfo>>,
 }
 
 /// Options of a delete.
@@ -175,7 +179,7 @@ pub struct Written {
 pub struct Registry {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
-    admission: std::sync::RwLock<Vec<Arc<dyn Admission>>>,
+    admission: Chain,
 }
 
 /// Which part of an object a write addresses.
@@ -200,7 +204,7 @@ impl Part {
     }
 }
 
-fn random_suffix() -> String {
+pub(crate) fn random_suffix() -> String {
     const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
     let mut rng = rand::rng();
     (0..5)
@@ -265,30 +269,37 @@ impl Registry {
         Registry {
             store,
             catalog,
-            admission: std::sync::RwLock::new(Vec::new()),
+            admission: Chain::standard(),
         }
     }
 
-    /// Adds an admission plugin; plugins run in the order added, after the kind's validation.
+    /// Adds an admission plugin at the end of the chain.
     pub fn add_admission(&self, plugin: Arc<dyn Admission>) {
-        if let Ok(mut a) = self.admission.write() {
-            a.push(plugin);
-        }
+        self.admission.push(plugin);
     }
 
-    fn admit(
-        &self,
-        def: &ResourceDef,
+    #[allow(clippy::too_many_arguments)]
+    fn admission_request<'a>(
+        &'a self,
+        def: &'a ResourceDef,
         op: AdmissionOp,
-        obj: &Value,
-        old: Option<&Value>,
-    ) -> Result<()> {
-        let plugins: Vec<Arc<dyn Admission>> =
-            self.admission.read().map(|a| a.clone()).unwrap_or_default();
-        for p in plugins {
-            p.validate(def, op, obj, old)?;
+        ns: Option<&'a str>,
+        part: Part,
+        opts: &'a WriteOptions,
+    ) -> AdmissionRequest<'a> {
+        AdmissionRequest {
+            def,
+            op,
+            subresource: match part {
+                Part::Main => None,
+                Part::Status => Some("status"),
+                Part::Finalize => Some("finalize"),
+            },
+            namespace: ns.filter(|_| def.namespaced),
+            user: opts.user.as_deref(),
+            dry_run: opts.dry_run,
+            registry: self,
         }
-        Ok(())
     }
 
     /// The served resources.
@@ -375,28 +386,6 @@ impl Registry {
         })
     }
 
-    async fn namespace_admits(&self, def: &ResourceDef, ns: &str) -> Result<()> {
-        let key = format!("/core/namespaces/{ns}");
-        match self.store.get(&key).await? {
-            None => Err(ApiError::NotFound {
-                resource: GroupResource::new("", "namespaces"),
-                name: ns.to_string(),
-            }),
-            Some(kv) => {
-                let nsobj = object::decode(&kv)?;
-                if object::is_deleting(&nsobj) {
-                    let _ = def;
-                    Err(ApiError::Forbidden(format!(
-                        "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
-                        def.group_resource()
-                    )))
-                } else {
-                    Ok(())
-                }
-            }
-        }
-    }
-
     /// Creates an object. `ns` is the namespace from the path (namespaced kinds).
     pub async fn create(
         &self,
@@ -454,9 +443,6 @@ impl Registry {
         if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);
         }
-        if let Some(ns) = ns.filter(|_| def.namespaced) {
-            self.namespace_admits(def, ns).await?;
-        }
         if def.has(Subresource::Status) && def.strategy.reset_status_on_create() {
             if let Some(o) = obj.as_object_mut() {
                 o.remove("status");
@@ -479,8 +465,12 @@ impl Registry {
                     None,
                 )
                 .await?;
+            let areq = self.admission_request(def, AdmissionOp::Create, ns, Part::Main, opts);
+            self.admission.mutate(&areq, &mut candidate, None).await?;
             self.validate_meta(def, &candidate)?;
-            self.admit(def, AdmissionOp::Create, &candidate, None)?;
+            let admitted = self.admission.validate(&areq, &candidate, None).await?;
+            let mut warnings = warnings.clone();
+            warnings.extend(admitted.warnings.iter().cloned());
             if let Some(manager) = opts.field_manager.as_deref() {
                 candidate = apply::track(def, None, &candidate, manager, None);
             }
@@ -788,7 +778,9 @@ impl Registry {
                 }
             }
             let incoming = transform(&old)?;
-            let mut new = self.prepare_update(def, &old, incoming, part).await?;
+            let (mut new, admitted) = self
+                .prepare_update(def, ns, &old, incoming, part, opts)
+                .await?;
             if let Some(manager) = opts.field_manager.as_deref() {
                 let sub = (part == Part::Status).then_some("status");
                 new = apply::track(def, Some(&old), &new, manager, sub);
@@ -803,7 +795,7 @@ impl Registry {
             if opts.dry_run {
                 return Ok(Written {
                     object: new,
-                    warnings: Vec::new(),
+                    warnings: admitted.warnings,
                     created: false,
                 });
             }
@@ -821,7 +813,7 @@ impl Registry {
                     object::set_resource_version(&mut out, stored.mod_revision);
                     return Ok(Written {
                         object: out,
-                        warnings: Vec::new(),
+                        warnings: admitted.warnings,
                         created: false,
                     });
                 }
@@ -860,10 +852,12 @@ impl Registry {
     async fn prepare_update(
         &self,
         def: &ResourceDef,
+        ns: Option<&str>,
         old: &Value,
         incoming: Value,
         part: Part,
-    ) -> Result<Value> {
+        opts: &WriteOptions,
+    ) -> Result<(Value, Admitted)> {
         let mut new = match part {
             Part::Main => {
                 let mut new = incoming;
@@ -967,11 +961,13 @@ impl Registry {
                 Some(old),
             )
             .await?;
+        let areq = self.admission_request(def, AdmissionOp::Update, ns, part, opts);
+        self.admission.mutate(&areq, &mut new, Some(old)).await?;
         self.validate_meta(def, &new)?;
         let causes = def.strategy.validate_update(&new, old);
         self.invalid_if_any(def, &new, causes)?;
-        self.admit(def, AdmissionOp::Update, &new, Some(old))?;
-        Ok(new)
+        let admitted = self.admission.validate(&areq, &new, Some(old)).await?;
+        Ok((new, admitted))
     }
 
     /// Deletes an object: at once, or by setting `deletionTimestamp` when finalizers or a

@@ -27,7 +27,7 @@ struct Entry {
     strategy: Arc<dyn Strategy>,
 }
 
-use Subresource::{Binding, Eviction, Finalize, Scale, Status};
+use Subresource::{Binding, Eviction, Finalize, Scale, Status, Token};
 
 const ALL: &[&str] = &["all"];
 
@@ -139,7 +139,7 @@ fn entries() -> Vec<Entry> {
             true,
             &["sa"],
             &[],
-            &[],
+            &[Token],
             "io.k8s.api.core.v1.ServiceAccount",
             k::core::v1::ServiceAccount,
             generic.clone()
@@ -578,6 +578,112 @@ fn entries() -> Vec<Entry> {
             &[],
             "io.k8s.api.resource.v1.ResourceSlice",
             k::resource::v1::ResourceSlice,
+            generic.clone()
+        ),
+        // Reviews: create-only, answered by the server from its authenticator and authorizer.
+        e!(
+            "authentication.k8s.io",
+            "v1",
+            TokenReview,
+            "tokenreviews",
+            false,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authentication.v1.TokenReview",
+            k::authentication::v1::TokenReview,
+            generic.clone()
+        ),
+        e!(
+            "authentication.k8s.io",
+            "v1",
+            SelfSubjectReview,
+            "selfsubjectreviews",
+            false,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authentication.v1.SelfSubjectReview",
+            k::authentication::v1::SelfSubjectReview,
+            generic.clone()
+        ),
+        e!(
+            "authorization.k8s.io",
+            "v1",
+            SubjectAccessReview,
+            "subjectaccessreviews",
+            false,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authorization.v1.SubjectAccessReview",
+            k::authorization::v1::SubjectAccessReview,
+            generic.clone()
+        ),
+        e!(
+            "authorization.k8s.io",
+            "v1",
+            SelfSubjectAccessReview,
+            "selfsubjectaccessreviews",
+            false,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authorization.v1.SelfSubjectAccessReview",
+            k::authorization::v1::SelfSubjectAccessReview,
+            generic.clone()
+        ),
+        e!(
+            "authorization.k8s.io",
+            "v1",
+            SelfSubjectRulesReview,
+            "selfsubjectrulesreviews",
+            false,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authorization.v1.SelfSubjectRulesReview",
+            k::authorization::v1::SelfSubjectRulesReview,
+            generic.clone()
+        ),
+        e!(
+            "authorization.k8s.io",
+            "v1",
+            LocalSubjectAccessReview,
+            "localsubjectaccessreviews",
+            true,
+            &[],
+            &[],
+            &[],
+            "io.k8s.api.authorization.v1.LocalSubjectAccessReview",
+            k::authorization::v1::LocalSubjectAccessReview,
+            generic.clone()
+        ),
+        // admissionregistration.k8s.io/v1
+        e!(
+            "admissionregistration.k8s.io",
+            "v1",
+            ValidatingAdmissionPolicy,
+            "validatingadmissionpolicies",
+            false,
+            &[],
+            &["api-extensions"],
+            &[Status],
+            "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicy",
+            k::admissionregistration::v1::ValidatingAdmissionPolicy,
+            generic.clone()
+        ),
+        e!(
+            "admissionregistration.k8s.io",
+            "v1",
+            ValidatingAdmissionPolicyBinding,
+            "validatingadmissionpolicybindings",
+            false,
+            &[],
+            &["api-extensions"],
+            &[],
+            "io.k8s.api.admissionregistration.v1.ValidatingAdmissionPolicyBinding",
+            k::admissionregistration::v1::ValidatingAdmissionPolicyBinding,
             generic
         ),
     ]
@@ -607,6 +713,7 @@ pub fn all() -> Vec<ResourceDef> {
                 .then(ScalePaths::default),
             storage_version: None,
             custom: false,
+            create_only: matches!(e.group, "authentication.k8s.io" | "authorization.k8s.io"),
         })
         .collect()
 }

@@ -28,6 +28,8 @@ pub enum Subresource {
     Eviction,
     /// `namespaces/finalize`: writes change only `spec.finalizers`.
     Finalize,
+    /// `serviceaccounts/token`: a TokenRequest for a signed service-account token.
+    Token,
 }
 
 impl Subresource {
@@ -39,6 +41,7 @@ impl Subresource {
             Subresource::Binding => "binding",
             Subresource::Eviction => "eviction",
             Subresource::Finalize => "finalize",
+            Subresource::Token => "token",
         }
     }
 
@@ -50,6 +53,7 @@ impl Subresource {
             "binding" => Subresource::Binding,
             "eviction" => Subresource::Eviction,
             "finalize" => Subresource::Finalize,
+            "token" => Subresource::Token,
             _ => return None,
         })
     }
@@ -134,6 +138,8 @@ pub struct ResourceDef {
     pub storage_version: Option<String>,
     /// Served through a CustomResourceDefinition (JSON merge patch only, no protobuf).
     pub custom: bool,
+    /// A review (access reviews, token reviews): only `create`, answered without storing.
+    pub create_only: bool,
 }
 
 impl std::fmt::Debug for ResourceDef {
@@ -186,6 +192,9 @@ impl ResourceDef {
 
     /// Verbs of the main resource.
     pub fn verbs(&self) -> Vec<&'static str> {
+        if self.create_only {
+            return vec!["create"];
+        }
         vec![
             "create",
             "delete",

@@ -1,0 +1,184 @@
+//! Admission: one chain, run on every create and update after the kind's defaulting and before
+//! anything is stored — first every plugin's **mutating** phase, then the kind's validation,
+//! then every plugin's **validating** phase. A plugin refuses with an `ApiError` (`Forbidden`
+//! naming the reason, `Invalid`), may add `Warning` headers, and may hold a guard until the
+//! write is committed (the quota plugin serialises the writes it counts this way, so that
+//! concurrent creates never over-admit).
+//!
+//! Plugins, one module each, in upstream's order: [`namespace_lifecycle`], [`service_account`],
+//! [`limit_ranger`], [`resource_quota`] (validating), [`pod_security`], [`policy`]
+//! (ValidatingAdmissionPolicy with CEL), and RBAC's escalation check
+//! ([`crate::rbac::escalation`]). The tenant manager adds the syncer's pod policy.
+
+pub mod limit_ranger;
+pub mod namespace_lifecycle;
+pub mod pod_security;
+pub mod policy;
+
+pub mod resource_quota;
+pub mod service_account;
+
+use std::any::Any;
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::auth::UserInfo;
+use crate::error::ApiError;
+use crate::registry::Registry;
+use crate::resources::ResourceDef;
+
+/// The operation being admitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Operation {
+    /// A create.
+    Create,
+    /// An update (PUT, PATCH, apply, subresource writes that change the object).
+    Update,
+}
+
+impl Operation {
+    /// Upstream's name (`CREATE`, `UPDATE`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Operation::Create => "CREATE",
+            Operation::Update => "UPDATE",
+        }
+    }
+}
+
+/// What is being admitted.
+pub struct Request<'a> {
+    /// The resource.
+    pub def: &'a ResourceDef,
+    /// Create or update.
+    pub op: Operation,
+    /// The subresource written (`status`, ...), if any.
+    pub subresource: Option<&'a str>,
+    /// The namespace (namespaced kinds).
+    pub namespace: Option<&'a str>,
+    /// Who asks; None for the server's own writes (bootstrap, registry-level controllers).
+    pub user: Option<&'a UserInfo>,
+    /// `dryRun=All`.
+    pub dry_run: bool,
+    /// The registry, for plugins that read other objects.
+    pub registry: &'a Registry,
+}
+
+impl Request<'_> {
+    /// Whether the object is a core/v1 `kind` (by plural).
+    pub fn is_core(&self, plural: &str) -> bool {
+        self.def.group.is_empty() && self.def.plural == plural
+    }
+}
+
+/// A validating plugin's answer.
+#[derive(Default)]
+pub struct Verdict {
+    /// `Warning` headers for the client.
+    pub warnings: Vec<String>,
+    /// Kept until the write is committed (or abandoned).
+    pub hold: Option<Box<dyn Any + Send>>,
+}
+
+impl Verdict {
+    /// Admitted, nothing to add.
+    pub fn ok() -> Verdict {
+        Verdict::default()
+    }
+}
+
+/// Everything the chain produced for one write: warnings, and the guards to keep.
+#[derive(Default)]
+pub struct Admitted {
+    /// Warnings for the client.
+    pub warnings: Vec<String>,
+    _holds: Vec<Box<dyn Any + Send>>,
+}
+
+/// One admission plugin.
+#[async_trait::async_trait]
+pub trait Admission: Send + Sync {
+    /// The plugin's name (upstream's where there is one).
+    fn name(&self) -> &'static str;
+
+    /// Mutating phase: may change `obj`.
+    async fn mutate(
+        &self,
+        _req: &Request<'_>,
+        _obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
+    /// Validating phase: admits `obj` (with the stored `old` on update), or refuses it.
+    async fn validate(
+        &self,
+        req: &Request<'_>,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<Verdict, ApiError>;
+}
+
+/// The plugins of a cluster, in order.
+#[derive(Default)]
+pub struct Chain {
+    plugins: std::sync::RwLock<Vec<Arc<dyn Admission>>>,
+}
+
+impl Chain {
+    /// The default chain of every cluster.
+    pub fn standard() -> Chain {
+        let chain = Chain::default();
+        chain.push(Arc::new(namespace_lifecycle::NamespaceLifecycle));
+        chain.push(Arc::new(service_account::ServiceAccount));
+        chain.push(Arc::new(limit_ranger::LimitRanger));
+        chain.push(Arc::new(pod_security::PodSecurity));
+        chain.push(Arc::new(policy::ValidatingAdmissionPolicy));
+        chain.push(Arc::new(resource_quota::ResourceQuota::default()));
+        chain
+    }
+
+    /// Adds a plugin at the end.
+    pub fn push(&self, plugin: Arc<dyn Admission>) {
+        if let Ok(mut p) = self.plugins.write() {
+            p.push(plugin);
+        }
+    }
+
+    fn snapshot(&self) -> Vec<Arc<dyn Admission>> {
+        self.plugins.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// The mutating phase of every plugin.
+    pub async fn mutate(
+        &self,
+        req: &Request<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        for p in self.snapshot() {
+            p.mutate(req, obj, old).await?;
+        }
+        Ok(())
+    }
+
+    /// The validating phase of every plugin.
+    pub async fn validate(
+        &self,
+        req: &Request<'_>,
+        obj: &Value,
+        old: Option<&Value>,
+    ) -> Result<Admitted, ApiError> {
+        let mut out = Admitted::default();
+        for p in self.snapshot() {
+            let v = p.validate(req, obj, old).await?;
+            out.warnings.extend(v.warnings);
+            if let Some(h) = v.hold {
+                out._holds.push(h);
+            }
+        }
+        Ok(out)
+    }
+}

@@ -1,0 +1,564 @@
+//! `fabrik_tenant` values and Tenant objects: the configuration checked with the server's rules
+//! (so that mistakes fail at `terraform validate`, pointing at the attribute), the spec a value
+//! asks for, and the state a Tenant object reads as.
+
+use std::collections::BTreeMap;
+
+use fabrik_api::tenant::{
+    Tenant, TenantIsolation, TenantNetwork, TenantQuota, TenantSpec, TenantSync,
+};
+use fabrik_machinery::quantity::Quantity;
+use fabrik_machinery::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
+use kube::ResourceExt;
+
+use crate::diag::{path, Diag, Path, Step};
+use crate::value::{Number, Value};
+
+/// The spec attributes of the resource (the rest are identity, status and settings).
+pub const SPEC_ATTRS: [&str; 5] = ["owners", "quota", "isolation", "network", "sync"];
+
+/// Privileges a tenant may be allowed.
+pub const PRIVILEGES: [&str; 3] = ["privileged", "hostNamespaces", "hostPath"];
+
+/// Longest tenant name (its host namespace and objects derive their names from it).
+pub const MAX_NAME: usize = 40;
+
+/// Largest network segment (a 24-bit VXLAN VNI).
+pub const MAX_SEGMENT: i64 = (1 << 24) - 1;
+
+/// Checks a tenant name as the tenant manager does.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let errs = dns1123_label(name);
+    if !errs.is_empty() {
+        return Err(errs.join("; "));
+    }
+    if name.len() > MAX_NAME {
+        return Err(format!("must be no more than {MAX_NAME} characters"));
+    }
+    Ok(())
+}
+
+/// Checks a GPU sharing mode: `whole`, `mig:<N>g.<M>gb` or `share:<MiB>,<percent>`.
+pub fn check_gpu_sharing(mode: &str) -> Result<(), String> {
+    if mode == "whole" {
+        return Ok(());
+    }
+    if let Some(profile) = mode.strip_prefix("mig:") {
+        let valid = profile.split_once('.').is_some_and(|(slices, memory)| {
+            let slices_ok = slices
+                .strip_suffix('g')
+                .and_then(|n| n.parse::<u8>().ok())
+                .is_some_and(|n| (1..=8).contains(&n));
+            let memory_ok = memory
+                .strip_suffix("gb")
+                .and_then(|n| n.parse::<u32>().ok())
+                .is_some_and(|n| n > 0);
+            slices_ok && memory_ok
+        });
+        return if valid {
+            Ok(())
+        } else {
+            Err(format!("{mode:?}: a MIG profile looks like mig:1g.18gb"))
+        };
+    }
+    if let Some(rest) = mode.strip_prefix("share:") {
+        let valid = rest.split_once(',').is_some_and(|(memory, compute)| {
+            memory.parse::<u64>().is_ok_and(|m| m > 0)
+                && compute.parse::<u8>().is_ok_and(|c| (1..=100).contains(&c))
+        });
+        return if valid {
+            Ok(())
+        } else {
+            Err(format!(
+                "{mode:?}: a shared slice looks like share:8192,25 (memory MiB > 0, compute % from 1 to 100)"
+            ))
+        };
+    }
+    Err(format!(
+        "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb) or share:<memory MiB>,<compute %>"
+    ))
+}
+
+fn at(base: &Path, name: &str) -> Path {
+    let mut p = base.clone();
+    p.push(Step::Attr(name.to_string()));
+    p
+}
+
+fn whole(v: &Value, p: Path, min: i64, max: i64, diags: &mut Vec<Diag>) {
+    let Value::Number(n) = v else { return };
+    match n.as_i64() {
+        Some(i) if (min..=max).contains(&i) => {}
+        _ => diags.push(Diag::attr(
+            p,
+            "Invalid number",
+            format!(
+                "must be a whole number from {min} to {max}, got {}",
+                show(*n)
+            ),
+        )),
+    }
+}
+
+fn show(n: Number) -> String {
+    match n {
+        Number::Int(i) => i.to_string(),
+        Number::Float(f) => f.to_string(),
+    }
+}
+
+fn each_string(v: &Value, p: &Path, mut check: impl FnMut(&str, Path)) {
+    if let Value::List(items) = v {
+        for (i, item) in items.iter().enumerate() {
+            if let Value::String(s) = item {
+                let mut ip = p.clone();
+                ip.push(Step::Index(i as i64));
+                check(s, ip);
+            }
+        }
+    }
+}
+
+/// Checks a `fabrik_tenant` configuration (unknown values are checked later, at plan time).
+pub fn validate(config: &Value) -> Vec<Diag> {
+    let mut diags = Vec::new();
+    if let Some(name) = config.get("name").as_str() {
+        if let Err(why) = check_name(name) {
+            diags.push(Diag::attr(
+                path(&["name"]),
+                "Invalid tenant name",
+                format!("{name:?}: {why}"),
+            ));
+        }
+    }
+    each_string(config.get("owners"), &path(&["owners"]), |s, p| {
+        if s.is_empty() || s == "group:" {
+            diags.push(Diag::attr(
+                p,
+                "Invalid owner",
+                "an owner is a user name (`alice`) or a group (`group:ml`)",
+            ));
+        }
+    });
+    let quota = config.get("quota");
+    let qp = path(&["quota"]);
+    for field in ["cpu", "memory"] {
+        if let Some(q) = quota.get(field).as_str() {
+            if q.parse::<Quantity>().is_err() {
+                diags.push(Diag::attr(
+                    at(&qp, field),
+                    "Invalid quantity",
+                    format!("{q:?} is not a quantity (e.g. 16, 500m, 64Gi)"),
+                ));
+            }
+        }
+    }
+    for field in ["pods", "gpus"] {
+        whole(
+            quota.get(field),
+            at(&qp, field),
+            0,
+            i64::from(i32::MAX),
+            &mut diags,
+        );
+    }
+    if let Some(mode) = quota.get("gpu_sharing").as_str() {
+        if let Err(why) = check_gpu_sharing(mode) {
+            diags.push(Diag::attr(
+                at(&qp, "gpu_sharing"),
+                "Invalid GPU sharing mode",
+                why,
+            ));
+        }
+    }
+    let iso = config.get("isolation");
+    let ip = path(&["isolation"]);
+    each_string(iso.get("allow"), &at(&ip, "allow"), |s, p| {
+        if !PRIVILEGES.contains(&s) {
+            diags.push(Diag::attr(
+                p,
+                "Invalid privilege",
+                format!("{s:?}: allowed are {}", PRIVILEGES.join(", ")),
+            ));
+        }
+    });
+    if let Value::Map(selector) = iso.get("node_selector") {
+        for (k, v) in selector {
+            let mut errs = qualified_name(k);
+            if let Value::String(v) = v {
+                errs.extend(label_value(v));
+            }
+            if !errs.is_empty() {
+                let mut p = at(&ip, "node_selector");
+                p.push(Step::Key(k.clone()));
+                diags.push(Diag::attr(p, "Invalid node label", errs.join("; ")));
+            }
+        }
+    }
+    whole(
+        config.get("network").get("segment"),
+        path(&["network", "segment"]),
+        0,
+        MAX_SEGMENT,
+        &mut diags,
+    );
+    each_string(
+        config.get("sync").get("extra_kinds"),
+        &path(&["sync", "extra_kinds"]),
+        |s, p| {
+            let valid = s.split_once('.').is_some_and(|(resource, group)| {
+                dns1123_label(resource).is_empty() && dns1123_subdomain(group).is_empty()
+            });
+            if !valid {
+                diags.push(Diag::attr(
+                    p,
+                    "Invalid kind",
+                    format!("{s:?}: a kind is named <resource>.<group>, e.g. widgets.example.com"),
+                ));
+            }
+        },
+    );
+    if config.get("ready_timeout") != &Value::Null {
+        whole(
+            config.get("ready_timeout"),
+            path(&["ready_timeout"]),
+            1,
+            86_400,
+            &mut diags,
+        );
+    }
+    diags
+}
+
+fn opt_string(v: &Value) -> Option<String> {
+    v.as_str().map(str::to_string)
+}
+
+fn opt_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64(),
+        _ => None,
+    }
+}
+
+fn string_list(v: &Value) -> Vec<String> {
+    match v {
+        Value::List(items) => items.iter().filter_map(opt_string).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The spec a (validated, wholly known) resource value asks for.
+pub fn spec_of(v: &Value) -> TenantSpec {
+    let object = |name: &str| Some(v.get(name)).filter(|o| matches!(o, Value::Object(_)));
+    TenantSpec {
+        owners: string_list(v.get("owners")),
+        quota: object("quota").map(|q| TenantQuota {
+            cpu: opt_string(q.get("cpu")),
+            memory: opt_string(q.get("memory")),
+            pods: opt_int(q.get("pods")),
+            gpus: opt_int(q.get("gpus")),
+            gpu_sharing: opt_string(q.get("gpu_sharing")),
+        }),
+        isolation: object("isolation").map(|i| TenantIsolation {
+            node_selector: match i.get("node_selector") {
+                Value::Map(m) => m
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect(),
+                _ => BTreeMap::new(),
+            },
+            dedicated_nodes: matches!(i.get("dedicated_nodes"), Value::Bool(true)),
+            runtime_class: opt_string(i.get("runtime_class")),
+            allow: string_list(i.get("allow")),
+        }),
+        network: object("network").map(|n| TenantNetwork {
+            segment: opt_int(n.get("segment")),
+        }),
+        sync: object("sync").map(|s| TenantSync {
+            extra_kinds: string_list(s.get("extra_kinds")),
+        }),
+    }
+}
+
+fn str_or_null(s: &Option<String>) -> Value {
+    s.as_ref()
+        .map(|s| Value::string(s.clone()))
+        .unwrap_or(Value::Null)
+}
+
+fn int_or_null(i: Option<i64>) -> Value {
+    i.map(Value::int).unwrap_or(Value::Null)
+}
+
+fn object(fields: Vec<(&str, Value)>) -> Value {
+    Value::Object(
+        fields
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect(),
+    )
+}
+
+/// The spec attributes as values (`owners`, `quota`, ...), in `SPEC_ATTRS` order.
+pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
+    [
+        Value::strings(&spec.owners),
+        spec.quota
+            .as_ref()
+            .map(|q| {
+                object(vec![
+                    ("cpu", str_or_null(&q.cpu)),
+                    ("memory", str_or_null(&q.memory)),
+                    ("pods", int_or_null(q.pods)),
+                    ("gpus", int_or_null(q.gpus)),
+                    ("gpu_sharing", str_or_null(&q.gpu_sharing)),
+                ])
+            })
+            .unwrap_or(Value::Null),
+        spec.isolation
+            .as_ref()
+            .map(|i| {
+                object(vec![
+                    (
+                        "node_selector",
+                        Value::Map(
+                            i.node_selector
+                                .iter()
+                                .map(|(k, v)| (k.clone(), Value::string(v.clone())))
+                                .collect(),
+                        ),
+                    ),
+                    ("dedicated_nodes", Value::Bool(i.dedicated_nodes)),
+                    ("runtime_class", str_or_null(&i.runtime_class)),
+                    ("allow", Value::strings(&i.allow)),
+                ])
+            })
+            .unwrap_or(Value::Null),
+        spec.network
+            .as_ref()
+            .map(|n| object(vec![("segment", int_or_null(n.segment))]))
+            .unwrap_or(Value::Null),
+        spec.sync
+            .as_ref()
+            .map(|s| object(vec![("extra_kinds", Value::strings(&s.extra_kinds))]))
+            .unwrap_or(Value::Null),
+    ]
+}
+
+/// What the server says, written the way the prior state wrote it where the Tenant API does
+/// not tell the two apart (null, `false`, `[]`, `{}`): so that `owners = []` or an omitted
+/// `dedicated_nodes` never shows as drift, while every real difference does. Without a prior
+/// value (import), such empty values read as null, as an omitted attribute does.
+pub fn reconcile(server: Value, prior: &Value) -> Value {
+    if server.is_empty_like() && prior.is_empty_like() {
+        return prior.clone();
+    }
+    match (server, prior) {
+        // No prior (import, data sources): empty values inside objects read as null.
+        (Value::Object(fields), Value::Object(_) | Value::Null) => Value::Object(
+            fields
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = reconcile(v, prior.get(&k));
+                    (k, v)
+                })
+                .collect(),
+        ),
+        (server, _) => server,
+    }
+}
+
+/// Sets the attributes a Tenant object determines on `state` (an object of a resource or data
+/// source type): `id`, `name`, the spec attributes (reconciled with `prior`), `endpoint` and
+/// `phase`. Attributes the type lacks are left out.
+pub fn fill_state(state: &mut Value, tenant: &Tenant, prior: &Value) {
+    let name = tenant.name_any();
+    state.set("id", Value::string(name.clone()));
+    state.set("name", Value::string(name));
+    for (attr, v) in SPEC_ATTRS.iter().zip(spec_values(&tenant.spec)) {
+        state.set(attr, reconcile(v, prior.get(attr)));
+    }
+    let status = tenant.status.clone().unwrap_or_default();
+    state.set("endpoint", str_or_null(&status.endpoint));
+    state.set(
+        "phase",
+        Value::string(status.phase.unwrap_or_else(|| "Pending".into())),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::schema;
+
+    fn config(fields: Vec<(&str, Value)>) -> Value {
+        let mut v = Value::null_object(&schema::tenant_resource().ty());
+        for (k, f) in fields {
+            v.set(k, f);
+        }
+        v
+    }
+
+    fn paths(diags: &[Diag]) -> Vec<String> {
+        diags
+            .iter()
+            .map(|d| crate::diag::display(d.path.as_deref().unwrap_or(&[])))
+            .collect()
+    }
+
+    #[test]
+    fn gpu_sharing_modes() {
+        for ok in ["whole", "mig:1g.18gb", "mig:7g.141gb", "share:8192,25"] {
+            assert!(check_gpu_sharing(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "half",
+            "mig:big",
+            "mig:1g.0gb",
+            "share:8192",
+            "share:x,10",
+            "share:100,0",
+            "share:100,101",
+            "",
+        ] {
+            assert!(check_gpu_sharing(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn invalid_configuration_names_the_attribute() {
+        let c = config(vec![
+            ("name", Value::string("Bad_Name")),
+            (
+                "quota",
+                object(vec![
+                    ("cpu", Value::string("lots")),
+                    ("memory", Value::string("64Gi")),
+                    ("pods", Value::Number(Number::Float(1.5))),
+                    ("gpus", Value::int(-1)),
+                    ("gpu_sharing", Value::string("half")),
+                ]),
+            ),
+            (
+                "isolation",
+                object(vec![
+                    ("node_selector", Value::Null),
+                    ("dedicated_nodes", Value::Null),
+                    ("runtime_class", Value::Null),
+                    ("allow", Value::strings(&["hostPath".into(), "root".into()])),
+                ]),
+            ),
+            ("network", object(vec![("segment", Value::int(1 << 30))])),
+            (
+                "sync",
+                object(vec![("extra_kinds", Value::strings(&["widgets".into()]))]),
+            ),
+        ]);
+        let diags = validate(&c);
+        assert_eq!(
+            paths(&diags),
+            [
+                "name",
+                "quota.cpu",
+                "quota.pods",
+                "quota.gpus",
+                "quota.gpu_sharing",
+                "isolation.allow[1]",
+                "network.segment",
+                "sync.extra_kinds[0]"
+            ]
+        );
+        assert!(diags.iter().all(|d| d.error));
+    }
+
+    #[test]
+    fn unknown_values_are_not_checked_yet() {
+        let c = config(vec![("name", Value::Unknown), ("quota", Value::Unknown)]);
+        assert!(validate(&c).is_empty());
+    }
+
+    #[test]
+    fn long_names_are_refused() {
+        assert!(check_name(&"a".repeat(40)).is_ok());
+        assert!(check_name(&"a".repeat(41)).is_err());
+    }
+
+    #[test]
+    fn spec_round_trips_through_state() {
+        let spec = TenantSpec {
+            owners: vec!["alice".into(), "group:ml".into()],
+            quota: Some(TenantQuota {
+                cpu: Some("16".into()),
+                memory: None,
+                pods: Some(20),
+                gpus: Some(4),
+                gpu_sharing: Some("mig:1g.18gb".into()),
+            }),
+            isolation: Some(TenantIsolation {
+                node_selector: [("pool".to_string(), "a".to_string())].into(),
+                dedicated_nodes: true,
+                runtime_class: None,
+                allow: vec!["hostPath".into()],
+            }),
+            network: Some(TenantNetwork { segment: Some(7) }),
+            sync: None,
+        };
+        let tenant = Tenant::new("ml", spec.clone());
+        let mut state = Value::null_object(&schema::tenant_resource().ty());
+        fill_state(&mut state, &tenant, &Value::Null);
+        assert_eq!(state.get("id"), &Value::string("ml"));
+        assert_eq!(state.get("phase"), &Value::string("Pending"));
+        assert_eq!(state.get("quota").get("gpus"), &Value::int(4));
+        assert_eq!(spec_of(&state), spec);
+    }
+
+    #[test]
+    fn empty_values_keep_the_prior_spelling() {
+        // The configuration said `owners = []` and `isolation = { runtime_class = "x" }`.
+        let prior = config(vec![
+            ("owners", Value::List(vec![])),
+            (
+                "isolation",
+                object(vec![
+                    ("node_selector", Value::Null),
+                    ("dedicated_nodes", Value::Null),
+                    ("runtime_class", Value::string("x")),
+                    ("allow", Value::Null),
+                ]),
+            ),
+        ]);
+        let spec = spec_of(&prior);
+        let mut state = Value::null_object(&schema::tenant_resource().ty());
+        fill_state(&mut state, &Tenant::new("t", spec), &prior);
+        for attr in SPEC_ATTRS {
+            assert_eq!(state.get(attr), prior.get(attr), "{attr}");
+        }
+        // A real change shows.
+        let mut changed = spec_of(&prior);
+        changed.owners = vec!["bob".into()];
+        let mut state = Value::null_object(&schema::tenant_resource().ty());
+        fill_state(&mut state, &Tenant::new("t", changed), &prior);
+        assert_eq!(state.get("owners"), &Value::strings(&["bob".into()]));
+    }
+
+    #[test]
+    fn imported_state_reads_empty_values_as_null() {
+        let spec = TenantSpec {
+            isolation: Some(TenantIsolation {
+                runtime_class: Some("x".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut state = Value::null_object(&schema::tenant_resource().ty());
+        fill_state(&mut state, &Tenant::new("t", spec), &Value::Null);
+        assert_eq!(state.get("owners"), &Value::Null);
+        assert_eq!(state.get("isolation").get("dedicated_nodes"), &Value::Null);
+        assert_eq!(state.get("isolation").get("node_selector"), &Value::Null);
+        assert_eq!(
+            state.get("isolation").get("runtime_class"),
+            &Value::string("x")
+        );
+    }
+}
