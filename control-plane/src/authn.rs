@@ -85,9 +85,10 @@ impl AuthArgs {
         if config.jwt.is_empty() {
             return Ok(None);
         }
-        // Re-check the merged configuration (duplicate issuers, bad fields).
-        let text = serde_json::to_string(&serde_json::json!({"jwt": []}))?;
-        let _ = AuthenticationConfiguration::parse(&text)?;
+        // The flags' issuer must not repeat one of the file's.
+        config
+            .validate()
+            .context("--oidc-* flags and --authentication-config")?;
         let oidc = OidcAuthenticator::new(&config).context("invalid OIDC configuration")?;
         Ok(Some(Arc::new(oidc)))
     }

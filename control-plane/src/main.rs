@@ -3,6 +3,10 @@
 //! `fabrik up --data-dir DIR --listen ADDR` runs a whole Fabrik on one machine; its command line
 //! and the files it writes (`DIR/host.kubeconfig`) are a contract other tools depend on.
 
+mod authn;
+mod control_plane;
+mod login;
+mod serve;
 mod tenants;
 mod up;
 
@@ -25,8 +29,14 @@ enum Command {
     /// Run Fabrik on this machine: the embedded host cluster, the control plane and its
     /// tenants, served over HTTPS.
     Up(up::UpArgs),
+    /// Run the control plane against a real host cluster: tenants only, at /clusters/<name>.
+    Serve(serve::ServeArgs),
     /// Create, list, inspect and delete tenants.
     Tenant(tenants::cli::TenantArgs),
+    /// Log in with OIDC: a kubectl exec credential plugin that prints an ExecCredential.
+    Login(login::LoginArgs),
+    /// Write a kubeconfig whose user logs in with OIDC through `fabrik login`.
+    Kubeconfig(login::kubeconfig::KubeconfigArgs),
 }
 
 fn main() -> Result<()> {
@@ -43,9 +53,12 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Up(args) => runtime.block_on(up::run(args)),
+        Command::Serve(args) => runtime.block_on(serve::run(args)),
         Command::Tenant(args) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(tenants::cli::run(args))
         }
+        Command::Login(args) => Ok(runtime.block_on(login::run(args))?),
+        Command::Kubeconfig(args) => Ok(login::run_kubeconfig(&args)?),
     }
 }

@@ -263,10 +263,10 @@ mod tests {
     use super::*;
 
     fn get(path: &str) -> Request<RequestBody> {
-        let body = http_body_util::BodyExt::boxed(
-            http_body_util::Empty::<bytes::Bytes>::new()
-                .map_err(|never| -> Box<dyn std::error::Error + Send + Sync> { match never {} }),
-        );
+        use http_body_util::BodyExt;
+        let body = http_body_util::Empty::<bytes::Bytes>::new()
+            .map_err(|never| -> Box<dyn std::error::Error + Send + Sync> { match never {} })
+            .boxed();
         let mut req = Request::new(body);
         *req.uri_mut() = path.parse().unwrap_or_default();
         req

@@ -81,4 +81,35 @@ pub enum StoreError {
     /// A blocking backend task panicked or was cancelled.
     #[error("background storage task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// An etcd request failed (after the retries transient failures get, see
+    /// [`EtcdConfig::retry_timeout`](crate::EtcdConfig::retry_timeout)).
+    #[error("etcd {op} failed: {source}")]
+    Etcd {
+        /// What was being done (`"txn"`, `"range"`, `"watch"`, ...).
+        op: &'static str,
+        /// The client's error.
+        #[source]
+        source: Box<etcd_client::Error>,
+    },
+    /// etcd answered something the protocol does not allow (a missing header, a watch that
+    /// was never created).
+    #[error("unexpected etcd response to {op}: {detail}")]
+    EtcdProtocol {
+        /// What was being done.
+        op: &'static str,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A TLS file named in the etcd configuration could not be read.
+    #[error("cannot read etcd TLS file {path:?}: {source}")]
+    EtcdTlsFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The etcd configuration is unusable (no endpoints, a client certificate without its key).
+    #[error("invalid etcd configuration: {0}")]
+    EtcdConfig(String),
 }

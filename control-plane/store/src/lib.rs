@@ -7,18 +7,30 @@
 //! [`Store::compacted_revision`] fails with [`StoreError::Compacted`] (HTTP 410 Gone upstream).
 //!
 //! Backends: [`SledBackend`] (embedded, default) holds one sled database per process and one
-//! keyspace per cluster ([`SledBackend::keyspace`]). An etcd backend is planned behind the
-//! same trait.
+//! keyspace per cluster ([`SledBackend::keyspace`]). [`EtcdBackend`] keeps keyspaces under one
+//! key prefix of an etcd cluster ([`EtcdBackend::keyspace`]), for several control-plane
+//! replicas; its revisions are etcd's, shared by all keyspaces of the cluster (strictly
+//! increasing per keyspace, with gaps). [`local_etcd`] starts throwaway etcd members on
+//! loopback for tests and benchmarks.
 //!
 //! What this crate does *not* do: interpret values (they are opaque bytes, JSON upstream),
 //! enforce tenancy beyond keyspace isolation, or expire keys (no leases yet).
 
+#[cfg(test)]
+mod conformance;
 mod error;
+mod etcd_backend;
+mod keyspace_name;
+pub mod local_etcd;
 mod sled_backend;
 mod store;
 mod types;
 
 pub use error::{Result, StoreError};
+pub use etcd_backend::{
+    EtcdBackend, EtcdConfig, EtcdStore, EtcdTls, DEFAULT_COMPACTION_INTERVAL, DEFAULT_ETCD_PREFIX,
+    DEFAULT_RETRY_TIMEOUT,
+};
 pub use sled_backend::{
     SledBackend, SledConfig, SledStore, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY, INITIAL_REVISION,
 };

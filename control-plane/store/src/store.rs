@@ -1,9 +1,11 @@
-//! The [`Store`] trait: the revisioned key-value contract every backend (sled now, etcd later)
+//! The [`Store`] trait: the revisioned key-value contract every backend (sled, etcd)
 //! implements, modelled on etcd's MVCC API.
 //!
 //! Guarantees every implementation gives:
-//! * one revision counter per keyspace, strictly increasing by one per successful write,
-//!   never reused (also across restarts);
+//! * revisions per keyspace strictly increasing with every successful write, never reused
+//!   (also across restarts). sled gives each keyspace its own gap-free counter (first write
+//!   at 2, then one per write); etcd shares one counter across its whole cluster, so a
+//!   keyspace's revisions have gaps and an empty keyspace reports the cluster's revision;
 //! * a write returns only once it is durable;
 //! * `list` and `watch` can start at any revision from [`Store::compacted_revision`] to
 //!   [`Store::current_revision`]; older ones fail with [`StoreError::Compacted`];
@@ -20,9 +22,9 @@ use crate::types::{KeyValue, ListOptions, ListResult, Revision, WatchStream};
 /// A revisioned key-value store for one keyspace (one cluster).
 #[async_trait::async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// The current (latest committed) revision of this keyspace. An empty, never written
-    /// keyspace is at revision 1 (so no list ever reports revision 0, which Kubernetes treats
-    /// as "any"); the first write takes revision 2.
+    /// The current (latest committed) revision of this keyspace. Never 0 (which Kubernetes
+    /// treats as "any"): an empty, never written sled keyspace is at revision 1 and its first
+    /// write takes revision 2; an etcd keyspace reports the etcd cluster's current revision.
     async fn current_revision(&self) -> Result<Revision, StoreError>;
 
     /// Oldest revision a watch/list can still start from.

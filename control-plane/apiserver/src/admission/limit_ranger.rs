@@ -133,7 +133,7 @@ impl Admission for LimitRanger {
             let mut default_request = quantities(&item["defaultRequest"]);
             for (k, q) in &default_limit {
                 if !default_request.iter().any(|(dk, _)| dk == k) {
-                    default_request.push((k.clone(), q.clone()));
+                    default_request.push((k.clone(), *q));
                 }
             }
             for key in ["containers", "initContainers"] {

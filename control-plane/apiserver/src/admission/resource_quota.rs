@@ -5,9 +5,13 @@
 //! `limits.memory`, …), extended resources (`requests.nvidia.com/gpu`), storage, and the pod
 //! scopes `Terminating`, `NotTerminating`, `BestEffort`, `NotBestEffort`.
 //!
-//! Exact under concurrency: usage is computed from the namespace's objects while a
-//! per-namespace lock is held, and the lock is kept (as the admission hold) until the new object
-//! is committed — two creators at the limit cannot both pass.
+//! Exact under concurrency: decisions are made under a per-namespace lock that is kept (as the
+//! admission hold) until the new object is committed — two creators at the limit cannot both
+//! pass. Usage is kept per quota as an **upper bound**: computed from the namespace's objects
+//! once, then raised by every admitted create (deletions only lower real usage, so the bound
+//! stays safe). Only when a create would not fit under the bound is usage recomputed exactly
+//! from the objects — so creates far from the limit cost O(1), and a refusal is always based on
+//! exact usage.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -26,13 +30,37 @@ pub type Usage = BTreeMap<String, Quantity>;
 /// The plugin.
 #[derive(Default)]
 pub struct ResourceQuota {
-    locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
+    /// Upper bounds of usage per quota.
+    bounds: Mutex<HashMap<QuotaKey, Usage>>,
+}
+
+/// A quota as of its spec: namespace, UID, generation.
+type QuotaKey = (String, String, i64);
+
+fn over(
+    used: &Usage,
+    requested: &Usage,
+    hard: &Usage,
+) -> Vec<(String, Quantity, Quantity, Quantity)> {
+    let mut out = Vec::new();
+    for (k, limit) in hard {
+        let Some(want) = requested.get(k) else {
+            continue;
+        };
+        let now = used.get(k).cloned().unwrap_or_else(zero);
+        let after = now.checked_add(want).unwrap_or(now);
+        if after > *limit {
+            out.push((k.clone(), *want, now, *limit));
+        }
+    }
+    out
 }
 
 fn add(usage: &mut Usage, key: &str, q: &Quantity) {
     let next = match usage.get(key) {
-        Some(cur) => cur.checked_add(q).unwrap_or_else(|| cur.clone()),
-        None => q.clone(),
+        Some(cur) => cur.checked_add(q).unwrap_or(*cur),
+        None => *q,
     };
     usage.insert(key.to_string(), next);
 }
@@ -154,12 +182,12 @@ pub fn usage_of(def: &ResourceDef, obj: &Value) -> Usage {
                 usage.insert("pods".into(), one());
                 for (k, q) in pod_resources(obj, "requests") {
                     if k == "cpu" || k == "memory" || k == "ephemeral-storage" {
-                        usage.insert(k.clone(), q.clone());
+                        usage.insert(k.clone(), q);
                     }
                     usage.insert(format!("requests.{k}"), q);
                 }
                 for (k, q) in pod_resources(obj, "limits") {
-                    usage.insert(format!("limits.{k}"), q.clone());
+                    usage.insert(format!("limits.{k}"), q);
                     // Extended resources: the request is the limit when only a limit is set.
                     if k.contains('/') && !usage.contains_key(&format!("requests.{k}")) {
                         usage.insert(format!("requests.{k}"), q);
@@ -186,7 +214,7 @@ pub fn usage_of(def: &ResourceDef, obj: &Value) -> Usage {
                     if let Some(class) = obj["spec"]["storageClassName"].as_str() {
                         usage.insert(
                             format!("{class}.storageclass.storage.k8s.io/requests.storage"),
-                            q.clone(),
+                            q,
                         );
                     }
                     usage.insert("requests.storage".into(), q);
@@ -231,11 +259,33 @@ async fn current_usage(
 }
 
 impl ResourceQuota {
-    fn lock_for(&self, ns: &str) -> Arc<tokio::sync::Mutex<()>> {
+    fn lock_for(&self, ns: &str) -> Arc<tokio::sync::RwLock<()>> {
         match self.locks.lock() {
             Ok(mut m) => m.entry(ns.to_string()).or_default().clone(),
-            Err(_) => Arc::new(tokio::sync::Mutex::new(())),
+            Err(_) => Arc::new(tokio::sync::RwLock::new(())),
         }
+    }
+
+    /// Charges `requested` to every quota's bound if it fits under all of them (atomically);
+    /// false if any bound is missing or too tight.
+    fn try_charge(&self, keys: &[(QuotaKey, Usage)], requested: &Usage, dry_run: bool) -> bool {
+        let Ok(mut bounds) = self.bounds.lock() else {
+            return false;
+        };
+        let fits = keys.iter().all(|(key, hard)| {
+            bounds
+                .get(key)
+                .is_some_and(|b| over(b, requested, hard).is_empty())
+        });
+        if fits && !dry_run {
+            for (key, _) in keys {
+                let b = bounds.entry(key.clone()).or_default();
+                for (k, q) in requested {
+                    add(b, k, q);
+                }
+            }
+        }
+        fits
     }
 }
 
@@ -275,24 +325,41 @@ impl Admission for ResourceQuota {
         if quotas.is_empty() {
             return Ok(Verdict::ok());
         }
-        let guard = self.lock_for(ns).lock_owned().await;
-        for quota in &quotas {
-            let hard = hard_of(quota);
+        let keys: Vec<(QuotaKey, Usage)> = quotas
+            .iter()
+            .map(|q| {
+                (
+                    (
+                        ns.to_string(),
+                        q["metadata"]["uid"].as_str().unwrap_or("").to_string(),
+                        q["metadata"]["generation"].as_i64().unwrap_or(0),
+                    ),
+                    hard_of(q),
+                )
+            })
+            .collect();
+        let lock = self.lock_for(ns);
+        // Fast path: the create fits under every bound. Creates in flight hold the lock for
+        // reading until they are committed.
+        let read = lock.clone().read_owned().await;
+        if self.try_charge(&keys, &requested, req.dry_run) {
+            return Ok(Verdict {
+                warnings: Vec::new(),
+                hold: Some(Box::new(read)),
+            });
+        }
+        drop(read);
+        // Slow path: wait until no create is in flight, then count exactly.
+        let write = lock.clone().write_owned().await;
+        for (quota, (key, hard)) in quotas.iter().zip(&keys) {
             let used = current_usage(req.registry, req.def, ns, quota).await?;
-            let mut over = Vec::new();
-            for (k, limit) in &hard {
-                let Some(want) = requested.get(k) else {
-                    continue;
-                };
-                let now = used.get(k).cloned().unwrap_or_else(zero);
-                let after = now.checked_add(want).unwrap_or_else(|| now.clone());
-                if after > *limit {
-                    over.push((k.clone(), want.clone(), now, limit.clone()));
-                }
+            let exceeded = over(&used, &requested, hard);
+            if let Ok(mut b) = self.bounds.lock() {
+                b.insert(key.clone(), used);
             }
-            if !over.is_empty() {
+            if !exceeded.is_empty() {
                 let list = |f: &dyn Fn(&(String, Quantity, Quantity, Quantity)) -> String| {
-                    over.iter().map(f).collect::<Vec<_>>().join(",")
+                    exceeded.iter().map(f).collect::<Vec<_>>().join(",")
                 };
                 return Err(ApiError::Forbidden(format!(
                     "{} \"{}\" is forbidden: exceeded quota: {}, requested: {}, used: {}, limited: {}",
@@ -305,9 +372,12 @@ impl Admission for ResourceQuota {
                 )));
             }
         }
+        if !self.try_charge(&keys, &requested, req.dry_run) {
+            return Err(ApiError::Internal("quota bookkeeping failed".into()));
+        }
         Ok(Verdict {
             warnings: Vec::new(),
-            hold: Some(Box::new(guard)),
+            hold: Some(Box::new(write.downgrade())),
         })
     }
 }

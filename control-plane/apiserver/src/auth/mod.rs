@@ -99,11 +99,25 @@ pub const DEFAULT_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
 
 /// Certificates verified recently, so that a connection's many requests verify its chain once.
 const CERT_CACHE_ENTRIES: usize = 4096;
+/// Bearer tokens whose signature was verified recently (the signature check is the expensive
+/// part: tens of microseconds for ECDSA, more for RSA). What depends on current state is checked
+/// on every request all the same: expiry, and that a service account still exists.
+const TOKEN_CACHE_ENTRIES: usize = 4096;
+/// How long a verified token is remembered (upstream's token cache: 10 s).
+const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A verified token's identity.
+#[derive(Clone)]
+enum Verified {
+    ServiceAccount(serviceaccount::ServiceAccountClaims),
+    User(UserInfo),
+}
 
 /// A cluster's authenticator.
 pub struct Authenticator {
     client_ca: Option<Arc<dyn ClientCertVerifier>>,
     cert_cache: Mutex<HashMap<Vec<u8>, (UserInfo, UnixTime)>>,
+    token_cache: Mutex<HashMap<String, (Verified, std::time::Instant)>>,
     tokens: TokenAuthority,
     oidc: Option<Arc<OidcAuthenticator>>,
 }
@@ -155,6 +169,7 @@ impl Authenticator {
         Ok(Authenticator {
             client_ca,
             cert_cache: Mutex::new(HashMap::new()),
+            token_cache: Mutex::new(HashMap::new()),
             tokens: TokenAuthority::new(key, issuer),
             oidc: settings.oidc.clone(),
         })
@@ -230,19 +245,70 @@ impl Authenticator {
         token: &str,
         registry: &Registry,
     ) -> Result<UserInfo, AuthError> {
+        let verified = match self.cached(token) {
+            Some(v) => v,
+            None => {
+                let (v, exp) = self.verify_token(token).await?;
+                self.remember(token, &v, exp);
+                v
+            }
+        };
+        match verified {
+            Verified::ServiceAccount(claims) => {
+                bound_objects_exist(registry, &claims).await?;
+                Ok(claims.user())
+            }
+            Verified::User(u) => Ok(u),
+        }
+    }
+
+    fn cached(&self, token: &str) -> Option<Verified> {
+        let cache = self.token_cache.lock().ok()?;
+        let (v, until) = cache.get(token)?;
+        (std::time::Instant::now() < *until).then(|| v.clone())
+    }
+
+    fn remember(&self, token: &str, v: &Verified, exp: Option<i64>) {
+        let now = chrono::Utc::now().timestamp();
+        let left = exp.map_or(0, |e| e - now);
+        if left <= 0 {
+            return;
+        }
+        let ttl = TOKEN_CACHE_TTL.min(std::time::Duration::from_secs(left.unsigned_abs()));
+        if let Ok(mut cache) = self.token_cache.lock() {
+            if cache.len() >= TOKEN_CACHE_ENTRIES {
+                let now = std::time::Instant::now();
+                cache.retain(|_, (_, until)| *until > now);
+                if cache.len() >= TOKEN_CACHE_ENTRIES {
+                    cache.clear();
+                }
+            }
+            cache.insert(
+                token.to_string(),
+                (v.clone(), std::time::Instant::now() + ttl),
+            );
+        }
+    }
+
+    /// Verifies a token's signature and claims; returns what it proves and its expiry.
+    async fn verify_token(&self, token: &str) -> Result<(Verified, Option<i64>), AuthError> {
         let iss = jwt::peek_issuer(token)
             .ok_or_else(|| AuthError::Token("not a JWT with an issuer".into()))?;
+        let exp = jwt::Parts::split(token)
+            .ok()
+            .and_then(|p| p.payload["exp"].as_i64());
         if iss == self.tokens.issuer() {
             let claims = self
                 .tokens
                 .verify(token)
                 .map_err(|e| AuthError::Token(e.to_string()))?;
-            bound_objects_exist(registry, &claims).await?;
-            return Ok(claims.user());
+            return Ok((Verified::ServiceAccount(claims), exp));
         }
         if let Some(oidc) = &self.oidc {
             if let Some(result) = oidc.authenticate(token).await {
-                return result.map_err(|e| AuthError::Token(e.to_string()));
+                return result
+                    .map(|u| (Verified::User(u), exp))
+                    .map_err(|e| AuthError::Token(e.to_string()));
             }
         }
         Err(AuthError::Token(format!("unknown issuer {iss:?}")))

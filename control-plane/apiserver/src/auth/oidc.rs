@@ -267,8 +267,14 @@ impl AuthenticationConfiguration {
                 ));
             }
         }
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks every issuer (and that no issuer appears twice).
+    pub fn validate(&self) -> Result<(), ConfigError> {
         let mut seen = std::collections::HashSet::new();
-        for (i, j) in config.jwt.iter().enumerate() {
+        for (i, j) in self.jwt.iter().enumerate() {
             j.check(&format!("jwt[{i}]"))?;
             if !seen.insert(j.issuer.url.clone()) {
                 return Err(ConfigError::Invalid(format!(
@@ -277,7 +283,7 @@ impl AuthenticationConfiguration {
                 )));
             }
         }
-        Ok(config)
+        Ok(())
     }
 }
 
@@ -403,6 +409,28 @@ impl OidcAuthenticator {
             });
         }
         Ok(OidcAuthenticator { issuers })
+    }
+
+    /// Seeds an issuer's key cache with a JWKS document (as if fetched), for benchmarks that
+    /// measure verification with a warm cache and no provider. Returns false for an unknown
+    /// issuer or an invalid document.
+    #[doc(hidden)]
+    pub async fn preload_keys(&self, issuer: &str, jwks: &Value) -> bool {
+        let Some(i) = self.issuers.iter().find(|i| i.spec.issuer.url == issuer) else {
+            return false;
+        };
+        let (Ok(set), Ok(uri)) = (
+            serde_json::from_value::<CoreJsonWebKeySet>(jwks.clone()),
+            JsonWebKeySetUrl::new(format!("{issuer}/jwks")),
+        ) else {
+            return false;
+        };
+        *i.keys.write().await = Some(Arc::new(Keys {
+            jwks_uri: uri,
+            set,
+            fetched: Instant::now(),
+        }));
+        true
     }
 
     /// Whether any issuer is configured.

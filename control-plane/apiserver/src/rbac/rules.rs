@@ -130,7 +130,7 @@ impl Rule {
         if !resource_ok {
             return false;
         }
-        self.resource_names.is_empty() || self.resource_names.iter().any(|n| *n == a.name)
+        self.resource_names.is_empty() || self.resource_names.contains(&a.name)
     }
 
     /// The rule broken into single (verb, group, resource, name) or (verb, URL) rules, the

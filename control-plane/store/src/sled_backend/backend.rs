@@ -12,10 +12,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::config::{SledConfig, DEFAULT_WATCH_BUFFER};
 use super::group_commit::GroupCommit;
 use super::keyspace::{tree_names, Keyspace, SledStore};
-use crate::error::{Result, StoreError};
-
-/// Longest accepted keyspace name.
-const MAX_KEYSPACE_NAME: usize = 200;
+use crate::error::Result;
+use crate::keyspace_name::validate as validate_name;
 
 /// The process-wide sled database. Cheap to clone (Arc inside).
 #[derive(Clone, Debug)]
@@ -120,38 +118,5 @@ impl SledBackend {
             .keyspaces
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// Check a keyspace name: 1 to 200 characters from `[A-Za-z0-9._-]`.
-fn validate_name(name: &str) -> Result<()> {
-    let valid = !name.is_empty()
-        && name.len() <= MAX_KEYSPACE_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
-    if valid {
-        Ok(())
-    } else {
-        Err(StoreError::InvalidKeyspace {
-            name: name.to_owned(),
-        })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keyspace_names_are_validated() {
-        assert!(validate_name("host").is_ok());
-        assert!(validate_name("tenant-a.b_c9").is_ok());
-        for bad in ["", "a/b", "a b", "é", &"x".repeat(201)] {
-            assert!(
-                matches!(validate_name(bad), Err(StoreError::InvalidKeyspace { .. })),
-                "{bad:?} must be rejected"
-            );
-        }
     }
 }
