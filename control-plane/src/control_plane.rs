@@ -6,6 +6,9 @@
 //! client to its own API server, served at `/` of the listener); `fabrik serve` reaches a real
 //! cluster over HTTPS and serves tenants only. Everything below takes the host as a
 //! `kube::Client`, so it does not know which.
+//!
+//! With a shared store (`fabrik serve --store etcd://…`) the manager runs sharded: see
+//! [`crate::shards`].
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -21,6 +24,8 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::CustomResourceExt;
 use tokio::task::JoinHandle;
 
+use crate::keyspaces::Keyspaces;
+use crate::shards::Shards;
 use crate::tenants;
 
 /// The name of the Tenant CRD.
@@ -138,7 +143,9 @@ pub struct ManagerConfig {
     /// The listener's router: tenants are added at `/clusters/<name>`.
     pub router: Arc<Router>,
     /// One keyspace per tenant.
-    pub backend: SledBackend,
+    pub backend: Keyspaces,
+    /// Run only the tenants of the shards this replica owns (a shared store); None runs all.
+    pub shards: Option<Arc<Shards>>,
     /// API tunables of tenant servers.
     pub settings: Settings,
     /// The URL tenant kubeconfigs name (`https://HOST:PORT`).
@@ -152,6 +159,8 @@ pub struct ManagerConfig {
 /// The running tenant manager.
 pub struct TenantManager {
     task: JoinHandle<()>,
+    /// The shard lease loop, this replica's shards and the host, when sharded.
+    sharding: Option<(JoinHandle<()>, Arc<Shards>, kube::Client)>,
 }
 
 impl TenantManager {
@@ -169,17 +178,37 @@ impl TenantManager {
             config.data_dir,
             config.host.clone(),
         );
+        // The lease loop runs until the manager has stopped its tenants (see `stopped`).
+        let sharding = config.shards.map(|shards| {
+            runtime.set_shards(shards.clone());
+            let task = tokio::spawn(
+                shards
+                    .clone()
+                    .run(config.host.clone(), std::future::pending::<()>()),
+            );
+            (task, shards, config.host.clone())
+        });
         let task = tokio::spawn(tenants::manager::run(config.host, runtime, shutdown));
-        TenantManager { task }
+        TenantManager { task, sharding }
     }
 
-    /// Waits (bounded) for the manager to stop its tenants after its shutdown signal.
+    /// Waits (bounded) for the manager to stop its tenants after its shutdown signal; when
+    /// sharded, then gives this replica's shards up so that the others take over at once.
     pub async fn stopped(self) {
         if tokio::time::timeout(MANAGER_STOP_GRACE, self.task)
             .await
             .is_err()
         {
             tracing::warn!("the tenant manager did not stop within {MANAGER_STOP_GRACE:?}");
+        }
+        if let Some((task, shards, host)) = self.sharding {
+            task.abort();
+            if tokio::time::timeout(MANAGER_STOP_GRACE, shards.leave(host))
+                .await
+                .is_err()
+            {
+                tracing::warn!("the shard Leases were not released within {MANAGER_STOP_GRACE:?}");
+            }
         }
     }
 }

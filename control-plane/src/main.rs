@@ -5,8 +5,11 @@
 
 mod authn;
 mod control_plane;
+mod keyspaces;
 mod login;
+mod pod_streams;
 mod serve;
+mod shards;
 mod tenants;
 mod up;
 
@@ -30,7 +33,7 @@ enum Command {
     /// tenants, served over HTTPS.
     Up(up::UpArgs),
     /// Run the control plane against a real host cluster: tenants only, at /clusters/<name>.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Create, list, inspect and delete tenants.
     Tenant(tenants::cli::TenantArgs),
     /// Log in with OIDC: a kubectl exec credential plugin that prints an ExecCredential.
@@ -53,7 +56,7 @@ fn main() -> Result<()> {
         .build()?;
     match cli.command {
         Command::Up(args) => runtime.block_on(up::run(args)),
-        Command::Serve(args) => runtime.block_on(serve::run(args)),
+        Command::Serve(args) => runtime.block_on(serve::run(*args)),
         Command::Tenant(args) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(tenants::cli::run(args))

@@ -6,9 +6,14 @@
 //! each tenant at `/clusters/<tenant>` on its own HTTPS listener. There is no cluster at `/`:
 //! only the health paths answer there (see `Router::tenants_only`).
 //!
-//! State: tenant keyspaces in sled under `--data-dir`, and the listener's serving CA in
-//! `DIR/pki` or, with `--serving-ca-secret NAMESPACE/NAME`, in a host Secret that every
-//! replica shares (the CA goes into every tenant kubeconfig, so it must outlive the pod).
+//! State: tenant keyspaces in sled under `--data-dir` or, with `--store etcd://HOST:PORT,…`,
+//! in an etcd cluster; and the listener's serving CA in `DIR/pki` or, with
+//! `--serving-ca-secret NAMESPACE/NAME`, in a host Secret that every replica shares (the CA
+//! goes into every tenant kubeconfig, so it must outlive the pod).
+//!
+//! High availability: on etcd, several replicas share the tenants by shard (see
+//! [`crate::shards`]): each runs the tenants of the shards whose host Lease it holds, and
+//! serves every other tenant from the shared store.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -26,6 +31,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
 use crate::control_plane::{self, CrdPolicy, ManagerConfig, TenantManager};
+use crate::keyspaces::{self, EtcdTlsFiles, Keyspaces, StoreSpec};
+use crate::shards::{ShardConfig, Shards};
 
 /// How long open connections may finish after SIGTERM.
 const DRAIN: Duration = Duration::from_secs(5);
@@ -67,6 +74,29 @@ pub struct ServeArgs {
     /// sled page-cache size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = fabrik_store::DEFAULT_CACHE_BYTES / (1024 * 1024))]
     cache_mib: u64,
+    /// Where tenant keyspaces live: `sled` (under --data-dir, one replica) or
+    /// `etcd://HOST:PORT[,HOST:PORT…]` (shared: several replicas split the tenants by shard).
+    #[arg(long, value_name = "STORE", default_value = "sled", value_parser = StoreSpec::parse)]
+    store: StoreSpec,
+    /// CA certificate of the etcd servers (PEM); turns on TLS to etcd.
+    #[arg(long, value_name = "FILE")]
+    etcd_ca_file: Option<PathBuf>,
+    /// Client certificate for etcd (PEM); needs --etcd-key-file.
+    #[arg(long, value_name = "FILE")]
+    etcd_cert_file: Option<PathBuf>,
+    /// Private key of --etcd-cert-file (PEM).
+    #[arg(long, value_name = "FILE")]
+    etcd_key_file: Option<PathBuf>,
+    /// This replica's id among the replicas sharing an etcd store (default: $HOSTNAME, the
+    /// pod name in a Deployment).
+    #[arg(long, value_name = "ID")]
+    replica_id: Option<String>,
+    /// Host namespace of the shard and membership Leases (with an etcd store).
+    #[arg(long, value_name = "NAMESPACE", default_value = "default")]
+    lease_namespace: String,
+    /// How long a replica's Leases last: a dead replica's tenants move after about this long.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=300))]
+    lease_duration_seconds: u64,
     /// User authentication (OIDC).
     #[command(flatten)]
     auth: crate::authn::AuthArgs,
@@ -89,6 +119,36 @@ pub enum Error {
     /// The serving CA Secret holds no usable CA.
     #[error("host Secret {0} holds no CA (expected data keys ca.crt and ca.key)")]
     SecretContent(String),
+    /// `--replica-id` is not usable in a Lease name.
+    #[error("--replica-id {0:?}: expected 1 to 63 lower-case letters, digits, '-' or '.'")]
+    ReplicaId(String),
+}
+
+/// This replica's id: `--replica-id`, else `$HOSTNAME`, else a random one.
+fn replica_id(given: Option<&str>) -> Result<String, Error> {
+    let id = match given {
+        Some(id) => id.to_string(),
+        None => std::env::var("HOSTNAME")
+            .ok()
+            .filter(|h| !h.is_empty())
+            .map(|h| h.to_lowercase())
+            .unwrap_or_else(|| {
+                use rand::Rng;
+                format!("fabrik-{:08x}", rand::rng().random::<u32>())
+            }),
+    };
+    let valid = !id.is_empty()
+        && id.len() <= 63
+        && id
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+        && !id.starts_with(['-', '.'])
+        && !id.ends_with(['-', '.']);
+    if valid {
+        Ok(id)
+    } else {
+        Err(Error::ReplicaId(id))
+    }
 }
 
 /// A checked public URL: `https://HOST[:PORT]` without a path, and its host.
@@ -260,6 +320,16 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map(split_secret_name)
         .transpose()?;
     let oidc = args.auth.oidc()?;
+    let etcd_tls = EtcdTlsFiles {
+        ca: args.etcd_ca_file.clone(),
+        cert: args.etcd_cert_file.clone(),
+        key: args.etcd_key_file.clone(),
+    };
+    etcd_tls.check(&args.store)?;
+    let replica = match args.store {
+        StoreSpec::Etcd(_) => Some(replica_id(args.replica_id.as_deref())?),
+        StoreSpec::Sled => None,
+    };
     let dir = args.data_dir.clone();
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
@@ -281,7 +351,30 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
     }
 
-    let backend = control_plane::open_store(&dir, args.cache_mib, args.history)?;
+    let backend: Keyspaces = match &args.store {
+        StoreSpec::Sled => control_plane::open_store(&dir, args.cache_mib, args.history)?.into(),
+        StoreSpec::Etcd(members) => {
+            let etcd = keyspaces::connect_etcd(members, &etcd_tls).await?;
+            eprintln!("fabrik: store: etcd at {}", members.join(","));
+            Keyspaces::Etcd(etcd)
+        }
+    };
+    let shards = replica.map(|replica| {
+        eprintln!(
+            "fabrik: replica {replica}: tenants are sharded over the replicas by the Leases in namespace {}",
+            args.lease_namespace
+        );
+        if ca_secret.is_none() {
+            eprintln!(
+                "fabrik: warning: without --serving-ca-secret each replica serves with its own CA"
+            );
+        }
+        Shards::new(ShardConfig {
+            namespace: args.lease_namespace.clone(),
+            replica,
+            lease_duration: Duration::from_secs(args.lease_duration_seconds),
+        })
+    });
     let ca = match &ca_secret {
         Some((ns, name)) => ca_from_secret(&host, ns, name).await?,
         None => Ca::load_or_create(&dir.join("pki"), "fabrik-serving-ca").with_context(|| {
@@ -322,6 +415,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             host,
             router,
             backend: backend.clone(),
+            shards,
             settings: control_plane::api_settings(
                 args.watch_bookmark_interval,
                 public.url.clone(),
@@ -394,6 +488,20 @@ mod tests {
         let hosts = serving_hosts(listen, "fabrik.example.com", &[]);
         assert!(hosts.contains(&"10.1.2.3".to_string()));
         assert!(hosts.contains(&"fabrik.example.com".to_string()));
+    }
+
+    #[test]
+    fn replica_ids_fit_lease_names() {
+        assert_eq!(replica_id(Some("r0")).ok().as_deref(), Some("r0"));
+        assert_eq!(
+            replica_id(Some("fabrik-7d9f-x2")).ok().as_deref(),
+            Some("fabrik-7d9f-x2")
+        );
+        for bad in ["", "R0", "a_b", "-a", "a.", &"x".repeat(64)] {
+            let err = replica_id(Some(bad)).expect_err(bad);
+            assert!(err.to_string().contains("--replica-id"), "{err}");
+        }
+        assert!(replica_id(None).is_ok());
     }
 
     #[test]

@@ -163,7 +163,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
             ManagerConfig {
                 host: host_client.clone(),
                 router,
-                backend: backend.clone(),
+                backend: backend.clone().into(),
+                shards: None,
                 settings,
                 public_url: url.clone(),
                 serving_ca_pem: host_ca_pem,
@@ -203,6 +204,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
         &dir,
         cluster.server.shutdown_signal(),
     )?;
+    if let Some(nodes) = &nodes {
+        cluster
+            .server
+            .set_pod_streams(Arc::new(crate::pod_streams::SimulatedNodes {
+                logs: nodes.logs.clone(),
+            }));
+    }
     control_plane::wait_for_signal().await?;
     eprintln!("fabrik: shutting down");
     listener.shutdown().await;

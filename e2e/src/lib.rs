@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+pub mod etcd;
+pub mod ha;
 pub mod oidc;
 
 /// The repository root.
@@ -136,6 +138,11 @@ impl Fabrik {
     /// `DATA/host.kubeconfig`.
     pub fn kubeconfig(&self) -> PathBuf {
         self.data_dir().join("host.kubeconfig")
+    }
+
+    /// The server's process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// What the server printed.

@@ -292,6 +292,7 @@ fn check_ha(objs: &[Value]) -> Result<()> {
     let args = args_of(deploy, 0);
     for want in [
         "--store=etcd://etcd-0.etcd:2379,etcd-1.etcd:2379,etcd-2.etcd:2379",
+        "--lease-namespace=fabrik-system",
         "--public-url=https://fabrik.example.com",
         "--tls-san=fabrik.internal.example.com",
         "--oidc-issuer-url=https://keycloak.example.com/realms/fabrik",
@@ -405,13 +406,14 @@ fn chart_lints_renders_and_matches_the_binary() {
                 &["-f", &values.display().to_string()],
             )?)?;
             check_ha(&ha)?;
-            // Every flag given to `fabrik serve` (sled, with and without OIDC) is one it has.
+            // Every flag given to `fabrik serve` (sled with and without OIDC, and etcd) is one
+            // it has.
             let with_oidc = docs(&render(
                 &h,
                 home.path(),
                 &["-f", &oidc.display().to_string()],
             )?)?;
-            for objs in [&default, &with_oidc] {
+            for objs in [&default, &with_oidc, &ha] {
                 let deploy = find(objs, "Deployment", "rel-fabrik").context("Deployment")?;
                 for arg in args_of(deploy, 0).iter().filter(|a| a.starts_with("--")) {
                     let flag = arg.split('=').next().unwrap_or(arg);

@@ -22,8 +22,10 @@
 //! and the GPU-aware [`scheduler`] for the embedded host, over a `kube::Client` and until a
 //! shutdown future completes. [`metering`] counts GPU-seconds per pod for `/metrics`.
 //!
-//! Not here yet: tenant networks; serving `pods/log` and `exec` for simulated pods (see
-//! `docs/node-agent.md`).
+//! Tenant networks ([`network`]): per-tenant VXLAN segments through netlink, SR-IOV VFs
+//! through sysfs, and the NetworkAttachmentDefinition and NetworkPolicy objects of a tenant.
+//!
+//! Not here yet: serving `pods/log` and `exec` for simulated pods (see `docs/node-agent.md`).
 
 pub mod agent;
 pub mod backend;
@@ -33,6 +35,7 @@ pub mod inventory;
 pub mod kubelet;
 pub mod layout;
 pub mod metering;
+pub mod network;
 pub mod partition;
 pub mod profiles;
 pub mod quantity;

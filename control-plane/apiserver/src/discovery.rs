@@ -11,6 +11,10 @@ fn subresource_kind(def: &ResourceDef, sub: Subresource) -> (String, String, Str
         Subresource::Scale => ("autoscaling".into(), "v1".into(), "Scale".into()),
         Subresource::Binding => (String::new(), "v1".into(), "Binding".into()),
         Subresource::Eviction => ("policy".into(), "v1".into(), "Eviction".into()),
+        Subresource::Log => (String::new(), "v1".into(), "Pod".into()),
+        Subresource::Exec => (String::new(), "v1".into(), "PodExecOptions".into()),
+        Subresource::Attach => (String::new(), "v1".into(), "PodAttachOptions".into()),
+        Subresource::PortForward => (String::new(), "v1".into(), "PodPortForwardOptions".into()),
         Subresource::Token => (
             "authentication.k8s.io".into(),
             "v1".into(),
@@ -26,6 +30,8 @@ fn subresource_verbs(sub: Subresource) -> Vec<&'static str> {
     match sub {
         Subresource::Status | Subresource::Scale => vec!["get", "patch", "update"],
         Subresource::Binding | Subresource::Eviction | Subresource::Token => vec!["create"],
+        Subresource::Log => vec!["get"],
+        Subresource::Exec | Subresource::Attach | Subresource::PortForward => vec!["create", "get"],
         Subresource::Finalize => vec!["update"],
     }
 }

@@ -552,6 +552,52 @@ impl ApiServer {
                 reg.bind_pod(&def, ns, &name, &body).await?;
                 Ok(Reply::json(StatusCode::CREATED, &success_status()))
             }
+            (Verb::Get, Some(Subresource::Log)) => {
+                let pod = reg.get(&def, ns, &name).await?;
+                let container = crate::pod_streams::container_of(&pod, query.get("container"))?;
+                let number = |k: &str| -> Result<Option<usize>> {
+                    match query.get(k) {
+                        None | Some("") => Ok(None),
+                        Some(v) => v.parse::<usize>().map(Some).map_err(|_| {
+                            ApiError::BadRequest(format!("{k} must be a non-negative integer"))
+                        }),
+                    }
+                };
+                let (tail, limit) = (number("tailLines")?, number("limitBytes")?);
+                let previous = query.flag("previous")?;
+                let streams = self.pod_streams.read().ok().and_then(|s| s.clone());
+                let Some(streams) = streams else {
+                    return Err(ApiError::BadRequest(format!(
+                        "pod {name} does not run on a node that serves logs"
+                    )));
+                };
+                let text = streams.logs(&pod, &container, previous).await?;
+                Ok(Reply::text(
+                    StatusCode::OK,
+                    crate::pod_streams::trim(&text, tail, limit),
+                    "text/plain",
+                ))
+            }
+            (
+                Verb::Create | Verb::Get,
+                Some(sub @ (Subresource::Exec | Subresource::Attach | Subresource::PortForward)),
+            ) => {
+                let pod = reg.get(&def, ns, &name).await?;
+                let streams = self.pod_streams.read().ok().and_then(|s| s.clone());
+                match streams {
+                    Some(s) => {
+                        s.stream(&pod, sub.name()).await?;
+                        Err(ApiError::BadRequest(format!(
+                            "{} needs a streaming connection (SPDY or WebSocket upgrade)",
+                            sub.name()
+                        )))
+                    }
+                    None => Err(ApiError::BadRequest(format!(
+                        "pod {name} does not run on a node that serves {}",
+                        sub.name()
+                    ))),
+                }
+            }
             (Verb::Create, Some(Subresource::Token)) => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
                 let answer = self

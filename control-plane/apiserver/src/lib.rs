@@ -26,6 +26,7 @@ pub mod metrics;
 pub mod negotiation;
 pub mod openapi;
 pub mod pki;
+pub mod pod_streams;
 pub mod rbac;
 pub mod registry;
 pub mod request_info;

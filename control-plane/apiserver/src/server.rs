@@ -89,6 +89,7 @@ pub struct ApiServer {
     pub(crate) settings: Settings,
     pub(crate) auth: crate::auth::Authenticator,
     pub(crate) authz: crate::rbac::Authorizer,
+    pub(crate) pod_streams: std::sync::RwLock<Option<Arc<dyn crate::pod_streams::PodStreams>>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -111,8 +112,16 @@ impl ApiServer {
             settings,
             auth,
             authz,
+            pod_streams: std::sync::RwLock::new(None),
             shutdown,
         }))
+    }
+
+    /// Sets who serves `pods/log`, `exec`, `attach` and `portforward` of this cluster's pods.
+    pub fn set_pod_streams(&self, streams: Arc<dyn crate::pod_streams::PodStreams>) {
+        if let Ok(mut s) = self.pod_streams.write() {
+            *s = Some(streams);
+        }
     }
 
     /// The authorizer (RBAC).

@@ -11,10 +11,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fabrik_api::tenant::{host_namespace, SecretRef, Tenant, TenantStatus, TENANT_FINALIZER};
+use fabrik_apiserver::admission::cluster_quota::ClusterQuota;
 use fabrik_apiserver::pki::{Ca, PkiError};
 use fabrik_apiserver::router::Router;
 use fabrik_apiserver::{Cluster, Settings};
-use fabrik_store::{SledBackend, Store};
+use fabrik_store::Store;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{LimitRange, Namespace, ResourceQuota, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
@@ -27,6 +28,9 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tokio::sync::Mutex;
+
+use crate::keyspaces::Keyspaces;
+use crate::shards::Shards;
 
 /// The field manager of everything the tenant manager writes.
 const MANAGER: &str = "fabrik-tenant-manager";
@@ -68,14 +72,17 @@ pub enum Error {
     /// The finalizer helper failed.
     #[error("finalizer: {0}")]
     Finalizer(String),
+    /// Serving a tenant another replica owns failed.
+    #[error("shards: {0}")]
+    Shards(Box<crate::shards::Error>),
 }
 
 /// What the manager needs: where tenants are served and stored.
 pub struct Runtime {
     /// The listener's router (tenants are added and removed here).
     pub router: Arc<Router>,
-    /// The store backend (one keyspace per tenant).
-    pub backend: SledBackend,
+    /// The store backend (one keyspace per tenant): sled, or etcd shared by replicas.
+    pub backend: Keyspaces,
     /// API tunables for tenant servers.
     pub settings: Settings,
     /// The listener's URL (`https://127.0.0.1:6443`).
@@ -87,6 +94,11 @@ pub struct Runtime {
     /// The shared host watches every tenant's syncer subscribes to.
     pub informers: syncer::HostInformers,
     running: Mutex<HashMap<String, Cluster>>,
+    /// Sharding across replicas (`fabrik serve` on etcd): unset = this process runs every
+    /// tenant.
+    shards: std::sync::OnceLock<Arc<Shards>>,
+    /// Each running tenant's quota, enforced at its admission (updated as the spec changes).
+    quotas: std::sync::Mutex<HashMap<String, Arc<ClusterQuota>>>,
 }
 
 impl Runtime {
@@ -94,7 +106,7 @@ impl Runtime {
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         router: Arc<Router>,
-        backend: SledBackend,
+        backend: Keyspaces,
         settings: Settings,
         public_url: String,
         serving_ca_pem: String,
@@ -110,7 +122,14 @@ impl Runtime {
             data_dir,
             informers: syncer::HostInformers::new(host),
             running: Mutex::new(HashMap::new()),
+            shards: std::sync::OnceLock::new(),
+            quotas: std::sync::Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Runs only the tenants of the shards `shards` owns (set once, before the manager runs).
+    pub fn set_shards(&self, shards: Arc<Shards>) {
+        let _ = self.shards.set(shards);
     }
 
     /// Stops every tenant's API server (process shutdown).
@@ -293,6 +312,33 @@ fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
     hard
 }
 
+/// The tenant's quota as its own API server counts it (GPUs as the tenant's pods ask for them:
+/// `nvidia.com/gpu`, whatever the host resource they map to).
+fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_quota::Usage {
+    let mut hard = fabrik_apiserver::admission::resource_quota::Usage::new();
+    let Some(q) = &tenant.spec.quota else {
+        return hard;
+    };
+    let mut put = |key: &str, value: String| {
+        if let Ok(v) = value.parse::<fabrik_machinery::quantity::Quantity>() {
+            hard.insert(key.to_string(), v);
+        }
+    };
+    if let Some(c) = &q.cpu {
+        put("requests.cpu", c.clone());
+    }
+    if let Some(m) = &q.memory {
+        put("requests.memory", m.clone());
+    }
+    if let Some(p) = q.pods {
+        put("pods", p.to_string());
+    }
+    if let Some(g) = q.gpus {
+        put("requests.nvidia.com/gpu", g.to_string());
+    }
+    hard
+}
+
 /// The syncer's pod policy as an admission plugin of the tenant's API server: refused pods
 /// fail at `kubectl apply` with the reason, instead of never starting on the host.
 struct SyncerAdmission {
@@ -413,7 +459,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
         // controller never reconciles one tenant twice at the same time).
         let started = ctx.rt.running.lock().await.contains_key(&name);
         if !started {
-            let store: Arc<dyn Store> = Arc::new(ctx.rt.backend.keyspace(&keyspace(&name))?);
+            let store: Arc<dyn Store> = ctx.rt.backend.open(&keyspace(&name)).await?;
             let ca_copy = Ca::from_pem(&ca.pair().cert_pem, &ca.pair().key_pem)?;
             let mut settings = ctx.rt.settings.clone();
             settings.server_address = endpoint.clone();
@@ -428,6 +474,20 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
                 .add_admission(Arc::new(SyncerAdmission {
                     policy: policy.clone(),
                 }));
+            let quota = Arc::new(ClusterQuota::new(
+                &format!("tenant \"{name}\""),
+                tenant_quota_hard(&tenant),
+            ));
+            cluster.server.registry().add_admission(quota.clone());
+            cluster
+                .server
+                .set_pod_streams(Arc::new(crate::pod_streams::HostPods {
+                    host: ctx.host.clone(),
+                    tenant: name.clone(),
+                }));
+            if let Ok(mut q) = ctx.rt.quotas.lock() {
+                q.insert(name.clone(), quota);
+            }
             // The syncer: the tenant's objects onto the host, status back.
             let sync = syncer::TenantSync {
                 tenant: name.clone(),
@@ -452,6 +512,17 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             tracing::info!(tenant = %name, "tenant API server started");
             ctx.rt.running.lock().await.insert(name.clone(), cluster);
         }
+    }
+
+    // The quota follows the spec.
+    if let Some(q) = ctx
+        .rt
+        .quotas
+        .lock()
+        .ok()
+        .and_then(|q| q.get(&name).cloned())
+    {
+        q.set_hard(tenant_quota_hard(&tenant));
     }
 
     // The admin kubeconfig: issued once, kept in a Secret (and a file for `fabrik up`).
@@ -571,11 +642,14 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     if let Some(server) = ctx.rt.router.remove_tenant(&name) {
         drop(server);
     }
+    if let Ok(mut q) = ctx.rt.quotas.lock() {
+        q.remove(&name);
+    }
     let cluster = ctx.rt.running.lock().await.remove(&name);
     if let Some(c) = cluster {
         c.shutdown().await;
     }
-    ctx.rt.backend.drop_keyspace(&keyspace(&name))?;
+    ctx.rt.backend.drop(&keyspace(&name)).await?;
     let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
     match namespaces
         .delete(&host_namespace(&name), &DeleteParams::default())
@@ -592,7 +666,47 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
+/// Sharding hook: on a replica that does not own the tenant's shard, stop running the tenant
+/// (if it did) and serve it from the shared store instead; returns None when this replica runs
+/// it.
+async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action, Error>> {
+    let shards = ctx.rt.shards.get()?;
+    if shards.owns(tenant) {
+        shards.run_here(tenant, &ctx.rt.router).await;
+        return None;
+    }
+    let name = tenant.name_any();
+    let cluster = ctx.rt.running.lock().await.remove(&name);
+    if let Some(c) = cluster {
+        ctx.rt.router.remove_tenant(&name);
+        c.shutdown().await;
+        tracing::info!(tenant = %name, "tenant handed over to another replica");
+    }
+    let admission = Arc::new(SyncerAdmission {
+        policy: policy_of(tenant),
+    });
+    let rt = &ctx.rt;
+    Some(
+        shards
+            .follow(
+                tenant,
+                &ctx.host,
+                &rt.router,
+                &rt.backend,
+                &keyspace(&name),
+                &rt.settings,
+                &rt.public_url,
+                admission,
+            )
+            .await
+            .map_err(|e| Error::Shards(Box::new(e))),
+    )
+}
+
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if let Some(followed) = follow_unless_owned(&tenant, &ctx).await {
+        return followed;
+    }
     let api: Api<Tenant> = Api::all(ctx.host.clone());
     finalizer(&api, TENANT_FINALIZER, tenant, |event| async {
         match event {
@@ -626,7 +740,10 @@ pub async fn run(
         shutdown.await;
         let _ = tx.send(());
     });
+    // Every tenant is looked at again when this replica's shards change.
+    let resync = rt.shards.get().map(|s| s.changes());
     Controller::new(api, watcher::Config::default())
+        .reconcile_all_on(futures::stream::iter(resync).flatten())
         .graceful_shutdown_on(async move {
             let _ = rx.await;
         })

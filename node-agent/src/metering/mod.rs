@@ -11,8 +11,13 @@
 //! Units: `partition="whole"` counts whole GPUs (a 4-GPU pod accrues 4 s per second);
 //! `mig-<profile>` and `shared-<MiB>mib-<pct>pct` count devices of that kind. Counters of
 //! pods that are gone are kept (counters never go back), for the process lifetime.
+//!
+//! Read out as Prometheus text ([`Meter::metrics_text`]), per tenant
+//! ([`Meter::usage_by_tenant`]), or as an OpenCost `/allocation` response over a window
+//! between two [`Snapshot`]s ([`opencost`]).
 
 pub mod http;
+pub mod opencost;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -164,10 +169,32 @@ pub fn node_usages(
     out
 }
 
+/// One tenant's GPU use (devices as in [`Key::partition`]: a MIG device or shared slice
+/// counts as one).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantUsage {
+    /// Allocated device-seconds so far.
+    pub gpu_seconds_allocated: f64,
+    /// Allocated device-seconds weighted by utilization so far.
+    pub gpu_seconds_utilization_weighted: f64,
+    /// Devices held by the tenant's pods at the latest observations.
+    pub gpus_in_use: f64,
+    /// The tenant's GPU pods running at the latest observations.
+    pub pods: usize,
+}
+
+/// The counters at one moment, to compute use over a window (see [`opencost`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Snapshot {
+    /// Per series: allocated and utilized seconds.
+    pub totals: BTreeMap<Key, (f64, f64)>,
+}
+
 #[derive(Default)]
 struct State {
-    /// Per source (node): time of its last observation and the series seen then.
-    last: BTreeMap<String, (Duration, BTreeSet<Key>)>,
+    /// Per source (node): time of its last observation and the series (with their device
+    /// counts) seen then.
+    last: BTreeMap<String, (Duration, BTreeMap<Key, f64>)>,
     /// Per series: allocated and utilized seconds.
     totals: BTreeMap<Key, (f64, f64)>,
 }
@@ -212,11 +239,14 @@ impl Meter {
     pub fn observe(&self, source: &str, now_running: Vec<Usage>) {
         let now = self.clock.now();
         self.with(|s| {
-            let seen: BTreeSet<Key> = now_running.iter().map(|u| u.key.clone()).collect();
+            let seen: BTreeMap<Key, f64> = now_running
+                .iter()
+                .map(|u| (u.key.clone(), u.devices))
+                .collect();
             if let Some((then, before)) = s.last.get(source) {
                 let dt = now.saturating_sub(*then).as_secs_f64();
                 for u in &now_running {
-                    if before.contains(&u.key) {
+                    if before.contains_key(&u.key) {
                         let t = s.totals.entry(u.key.clone()).or_insert((0.0, 0.0));
                         t.0 += dt * u.devices;
                         t.1 += dt * u.devices * u.utilization;
@@ -233,6 +263,47 @@ impl Meter {
     /// Allocated and utilized seconds of one series.
     pub fn get(&self, key: &Key) -> Option<(f64, f64)> {
         self.with(|s| s.totals.get(key).copied())
+    }
+
+    /// The counters now.
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            totals: self.with(|s| s.totals.clone()),
+        }
+    }
+
+    /// Per tenant (`""` for pods without a tenant label): the counters summed over its
+    /// series, and what its pods hold at each node's latest observation.
+    pub fn usage_by_tenant(&self) -> BTreeMap<String, TenantUsage> {
+        self.with(|s| {
+            let mut out: BTreeMap<String, TenantUsage> = BTreeMap::new();
+            for (k, (allocated, utilized)) in &s.totals {
+                let u = out.entry(k.tenant.clone()).or_default();
+                u.gpu_seconds_allocated += allocated;
+                u.gpu_seconds_utilization_weighted += utilized;
+            }
+            let mut pods: BTreeMap<&str, BTreeSet<(&str, &str)>> = BTreeMap::new();
+            for (_, seen) in s.last.values() {
+                for (k, devices) in seen {
+                    out.entry(k.tenant.clone()).or_default().gpus_in_use += devices;
+                    pods.entry(&k.tenant)
+                        .or_default()
+                        .insert((&k.namespace, &k.pod));
+                }
+            }
+            for (tenant, set) in pods {
+                if let Some(u) = out.get_mut(tenant) {
+                    u.pods = set.len();
+                }
+            }
+            out
+        })
+    }
+
+    /// The Prometheus text of the counters: the body of a `GET /metrics` answer (content type
+    /// `text/plain; version=0.0.4`). The same as [`Meter::render`].
+    pub fn metrics_text(&self) -> String {
+        self.render()
     }
 
     /// The counters in Prometheus text exposition format (version 0.0.4).
@@ -383,5 +454,42 @@ mod tests {
         meter.observe("n1", a.clone());
         assert_eq!(meter.get(&a[0].key), Some((0.0, 0.0)));
         assert!(meter.render().contains("pod=\"a\\\"x\""));
+    }
+
+    #[test]
+    fn usage_by_tenant_sums_counters_and_counts_what_runs_now() {
+        let clock = Arc::new(TestClock::default());
+        let meter = Meter::new(clock.clone());
+        let a = usages(
+            &pod("a", "nvidia.com/gpu", "2", Some("t1")),
+            "H200-141GB",
+            0.5,
+        );
+        let b = usages(
+            &pod("b", "nvidia.com/mig-1g.18gb", "3", Some("t1")),
+            "H200-141GB",
+            1.0,
+        );
+        let c = usages(
+            &pod("c", "nvidia.com/gpu", "1", Some("t2")),
+            "H200-141GB",
+            0.0,
+        );
+        meter.observe("n0", [a.clone(), c.clone()].concat());
+        meter.observe("n1", b.clone());
+        clock.advance(10_000);
+        meter.observe("n0", a.clone());
+        meter.observe("n1", b.clone());
+        let by = meter.usage_by_tenant();
+        let t1 = &by["t1"];
+        // a: 2 × 10 s at 0.5; b: 3 × 10 s at 1.0.
+        assert_eq!(t1.gpu_seconds_allocated, 50.0);
+        assert_eq!(t1.gpu_seconds_utilization_weighted, 40.0);
+        assert_eq!(t1.gpus_in_use, 5.0);
+        assert_eq!(t1.pods, 2);
+        // c ran at the first observation only: nothing credited, nothing held now.
+        assert_eq!(by["t2"], TenantUsage::default());
+        assert_eq!(meter.metrics_text(), meter.render());
+        assert_eq!(meter.snapshot().totals.get(&a[0].key), Some(&(20.0, 10.0)));
     }
 }

@@ -10,6 +10,7 @@
 //! (ValidatingAdmissionPolicy with CEL), and RBAC's escalation check
 //! ([`crate::rbac::escalation`]). The tenant manager adds the syncer's pod policy.
 
+pub mod cluster_quota;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
 pub mod pod_security;

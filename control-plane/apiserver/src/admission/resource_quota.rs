@@ -38,7 +38,7 @@ pub struct ResourceQuota {
 /// A quota as of its spec: namespace, UID, generation.
 type QuotaKey = (String, String, i64);
 
-fn over(
+pub(crate) fn over(
     used: &Usage,
     requested: &Usage,
     hard: &Usage,
@@ -57,7 +57,7 @@ fn over(
     out
 }
 
-fn add(usage: &mut Usage, key: &str, q: &Quantity) {
+pub(crate) fn add(usage: &mut Usage, key: &str, q: &Quantity) {
     let next = match usage.get(key) {
         Some(cur) => cur.checked_add(q).unwrap_or(*cur),
         None => *q,
@@ -70,7 +70,7 @@ fn units(n: i128) -> Quantity {
         .expect("small constants are in range")
 }
 
-fn zero() -> Quantity {
+pub(crate) fn zero() -> Quantity {
     units(0)
 }
 

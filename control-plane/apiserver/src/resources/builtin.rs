@@ -27,7 +27,7 @@ struct Entry {
     strategy: Arc<dyn Strategy>,
 }
 
-use Subresource::{Binding, Eviction, Finalize, Scale, Status, Token};
+use Subresource::{Attach, Binding, Eviction, Exec, Finalize, Log, PortForward, Scale, Status, Token};
 
 const ALL: &[&str] = &["all"];
 
@@ -74,7 +74,7 @@ fn entries() -> Vec<Entry> {
             true,
             &["po"],
             ALL,
-            &[Status, Binding, Eviction],
+            &[Status, Binding, Eviction, Log, Exec, Attach, PortForward],
             "io.k8s.api.core.v1.Pod",
             k::core::v1::Pod,
             strategy::pod()

@@ -30,6 +30,14 @@ pub enum Subresource {
     Finalize,
     /// `serviceaccounts/token`: a TokenRequest for a signed service-account token.
     Token,
+    /// `pods/log`.
+    Log,
+    /// `pods/exec`.
+    Exec,
+    /// `pods/attach`.
+    Attach,
+    /// `pods/portforward`.
+    PortForward,
 }
 
 impl Subresource {
@@ -42,6 +50,10 @@ impl Subresource {
             Subresource::Eviction => "eviction",
             Subresource::Finalize => "finalize",
             Subresource::Token => "token",
+            Subresource::Log => "log",
+            Subresource::Exec => "exec",
+            Subresource::Attach => "attach",
+            Subresource::PortForward => "portforward",
         }
     }
 
@@ -54,6 +66,10 @@ impl Subresource {
             "eviction" => Subresource::Eviction,
             "finalize" => Subresource::Finalize,
             "token" => Subresource::Token,
+            "log" => Subresource::Log,
+            "exec" => Subresource::Exec,
+            "attach" => Subresource::Attach,
+            "portforward" => Subresource::PortForward,
             _ => return None,
         })
     }

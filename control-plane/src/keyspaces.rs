@@ -1,0 +1,229 @@
+//! Where tenant keyspaces live: the embedded sled store of one process, or an etcd cluster
+//! that several `fabrik serve` replicas share.
+//!
+//! [`StoreSpec`] is the parsed `--store` flag (`sled`, or `etcd://HOST:PORT[,HOST:PORT…]`);
+//! [`Keyspaces`] opens and drops keyspaces on whichever backend it names, so the tenant
+//! manager does not know which one it runs on.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use fabrik_store::{EtcdBackend, EtcdConfig, EtcdTls, SledBackend, Store, StoreError};
+
+/// Errors of the `--store` flag and of opening the store it names.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `--store` is neither `sled` nor an `etcd://` list.
+    #[error("--store {given:?}: {why} (expected `sled` or `etcd://HOST:PORT[,HOST:PORT…]`)")]
+    Spec {
+        /// The value given.
+        given: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// TLS files were given for the sled store, or a key without a certificate.
+    #[error("{0}")]
+    Tls(String),
+    /// etcd did not answer.
+    #[error("cannot connect to etcd at {endpoints}: {source}")]
+    Connect {
+        /// The endpoints tried.
+        endpoints: String,
+        /// The cause.
+        #[source]
+        source: StoreError,
+    },
+}
+
+/// The store a `fabrik serve` keeps tenants in.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StoreSpec {
+    /// sled under the data directory: one replica.
+    Sled,
+    /// An etcd cluster: `HOST:PORT` of each member.
+    Etcd(Vec<String>),
+}
+
+impl StoreSpec {
+    /// Parses `sled` or `etcd://HOST:PORT[,HOST:PORT…]` (a member may also be written with
+    /// its own `http://` or `https://` scheme, which is dropped: TLS follows the TLS flags).
+    pub fn parse(text: &str) -> Result<StoreSpec, Error> {
+        let bad = |why: &str| Error::Spec {
+            given: text.to_string(),
+            why: why.to_string(),
+        };
+        if text == "sled" {
+            return Ok(StoreSpec::Sled);
+        }
+        let Some(list) = text.strip_prefix("etcd://") else {
+            return Err(bad("unknown store"));
+        };
+        let mut members = Vec::new();
+        for raw in list.split(',') {
+            let member = raw
+                .trim()
+                .trim_start_matches("https://")
+                .trim_start_matches("http://")
+                .trim_end_matches('/');
+            if member.is_empty() {
+                return Err(bad("an empty etcd member"));
+            }
+            let Some((host, port)) = member.rsplit_once(':') else {
+                return Err(bad(&format!("etcd member {member:?} has no port")));
+            };
+            if host.is_empty() || host.contains('/') || port.parse::<u16>().is_err() {
+                return Err(bad(&format!("etcd member {member:?} is not HOST:PORT")));
+            }
+            members.push(member.to_string());
+        }
+        Ok(StoreSpec::Etcd(members))
+    }
+
+    /// Whether this store can be shared by several replicas.
+    pub fn is_shared(&self) -> bool {
+        matches!(self, StoreSpec::Etcd(_))
+    }
+}
+
+/// TLS files for the connection to etcd (`--etcd-ca-file`, `--etcd-cert-file`,
+/// `--etcd-key-file`).
+#[derive(Clone, Debug, Default)]
+pub struct EtcdTlsFiles {
+    /// CA of the etcd servers.
+    pub ca: Option<PathBuf>,
+    /// Client certificate.
+    pub cert: Option<PathBuf>,
+    /// Its private key.
+    pub key: Option<PathBuf>,
+}
+
+impl EtcdTlsFiles {
+    fn any(&self) -> bool {
+        self.ca.is_some() || self.cert.is_some() || self.key.is_some()
+    }
+
+    /// Checks the files fit `spec`: only with etcd, a certificate and its key together.
+    pub fn check(&self, spec: &StoreSpec) -> Result<(), Error> {
+        if self.any() && !spec.is_shared() {
+            return Err(Error::Tls(
+                "--etcd-ca-file, --etcd-cert-file and --etcd-key-file need --store etcd://…".into(),
+            ));
+        }
+        if self.cert.is_some() != self.key.is_some() {
+            return Err(Error::Tls(
+                "--etcd-cert-file and --etcd-key-file go together".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The etcd client configuration for `members` (`https://` when any TLS file is given).
+    pub fn etcd_config(&self, members: &[String]) -> EtcdConfig {
+        let scheme = if self.any() { "https" } else { "http" };
+        let mut config = EtcdConfig::new(members.iter().map(|m| format!("{scheme}://{m}")));
+        if self.any() {
+            config.tls = Some(EtcdTls {
+                ca_file: self.ca.clone(),
+                cert_file: self.cert.clone(),
+                key_file: self.key.clone(),
+                server_name: None,
+            });
+        }
+        config
+    }
+}
+
+/// Connects to the etcd cluster of `members`.
+pub async fn connect_etcd(members: &[String], tls: &EtcdTlsFiles) -> Result<EtcdBackend, Error> {
+    EtcdBackend::connect(tls.etcd_config(members))
+        .await
+        .map_err(|source| Error::Connect {
+            endpoints: members.join(","),
+            source,
+        })
+}
+
+/// The keyspaces of tenant clusters, on either backend. Cheap to clone.
+#[derive(Clone, Debug)]
+pub enum Keyspaces {
+    /// One process's sled database.
+    Sled(SledBackend),
+    /// A shared etcd cluster.
+    Etcd(EtcdBackend),
+}
+
+impl From<SledBackend> for Keyspaces {
+    fn from(backend: SledBackend) -> Self {
+        Keyspaces::Sled(backend)
+    }
+}
+
+impl Keyspaces {
+    /// Opens (creating when new) the keyspace `name`.
+    pub async fn open(&self, name: &str) -> Result<Arc<dyn Store>, StoreError> {
+        Ok(match self {
+            Keyspaces::Sled(b) => Arc::new(b.keyspace(name)?),
+            Keyspaces::Etcd(b) => Arc::new(b.keyspace(name).await?),
+        })
+    }
+
+    /// Removes the keyspace `name` and its data (absent is not an error).
+    pub async fn drop(&self, name: &str) -> Result<(), StoreError> {
+        match self {
+            Keyspaces::Sled(b) => b.drop_keyspace(name),
+            Keyspaces::Etcd(b) => b.drop_keyspace(name).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_flags_name_sled_or_etcd_members() {
+        assert_eq!(StoreSpec::parse("sled").ok(), Some(StoreSpec::Sled));
+        assert_eq!(
+            StoreSpec::parse("etcd://etcd-0.etcd:2379,https://10.0.0.2:2379/").ok(),
+            Some(StoreSpec::Etcd(vec![
+                "etcd-0.etcd:2379".into(),
+                "10.0.0.2:2379".into()
+            ]))
+        );
+        for bad in [
+            "etcd://",
+            "etcd://a:2379,",
+            "etcd://a",
+            "etcd://a:port",
+            "etcd://:2379",
+            "etcd://a/b:1",
+            "postgres://a:1",
+            "",
+        ] {
+            let err = StoreSpec::parse(bad).expect_err(bad);
+            assert!(err.to_string().contains("--store"), "{err}");
+        }
+    }
+
+    #[test]
+    fn tls_files_need_etcd_and_pair_up() {
+        let etcd = StoreSpec::Etcd(vec!["a:2379".into()]);
+        let ca = EtcdTlsFiles {
+            ca: Some("ca.crt".into()),
+            ..Default::default()
+        };
+        assert!(ca.check(&etcd).is_ok());
+        assert!(ca.check(&StoreSpec::Sled).is_err());
+        let half = EtcdTlsFiles {
+            cert: Some("c.crt".into()),
+            ..Default::default()
+        };
+        assert!(half.check(&etcd).is_err());
+        let config = ca.etcd_config(&["a:2379".into()]);
+        assert_eq!(config.endpoints, ["https://a:2379"]);
+        assert!(config.tls.is_some());
+        let plain = EtcdTlsFiles::default().etcd_config(&["a:2379".into()]);
+        assert_eq!(plain.endpoints, ["http://a:2379"]);
+        assert!(plain.tls.is_none());
+    }
+}
