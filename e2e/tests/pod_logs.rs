@@ -16,7 +16,11 @@ fn kc(k: &e2e::Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<std::process
 }
 
 fn text(o: &std::process::Output) -> String {
-    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
 }
 
 #[test]
@@ -25,7 +29,12 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
     let k = kubectls().pop().expect("kubectl 1.35");
     let cfg = f.data_dir().join("logs.kubeconfig");
     let out = f.fabrik_cli(&[
-        "tenant", "create", "logs", "--wait", "--kubeconfig-out", &cfg.display().to_string(),
+        "tenant",
+        "create",
+        "logs",
+        "--wait",
+        "--kubeconfig-out",
+        &cfg.display().to_string(),
     ])?;
     if !out.status.success() {
         bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
@@ -40,11 +49,20 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
             let tenant_log = String::from_utf8_lossy(&out.stdout).into_owned();
             // The same log through the host.
             let host = f.kubeconfig();
-            let host_log = kc(&k, &host, &["logs", "-n", "fabrik-logs", "talker-x-default-x-logs"])?;
+            let host_log = kc(
+                &k,
+                &host,
+                &["logs", "-n", "fabrik-logs", "talker-x-default-x-logs"],
+            )?;
             assert!(host_log.status.success(), "{}", text(&host_log));
             assert_eq!(String::from_utf8_lossy(&host_log.stdout), tenant_log);
             let tail = kc(&k, &cfg, &["logs", "talker", "--tail", "1"])?;
-            assert_eq!(String::from_utf8_lossy(&tail.stdout).lines().count(), 1, "{}", text(&tail));
+            assert_eq!(
+                String::from_utf8_lossy(&tail.stdout).lines().count(),
+                1,
+                "{}",
+                text(&tail)
+            );
             break;
         }
         if start.elapsed() > Duration::from_secs(30) {
@@ -55,12 +73,27 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
     // A container that does not exist.
     let out = kc(&k, &cfg, &["logs", "talker", "-c", "nope"])?;
     assert!(!out.status.success());
-    assert!(text(&out).contains("container nope is not valid for pod talker"), "{}", text(&out));
+    assert!(
+        text(&out).contains("container nope is not valid for pod talker"),
+        "{}",
+        text(&out)
+    );
     // exec: refused with the reason, on the tenant and on the host.
     let out = kc(&k, &cfg, &["exec", "talker", "--", "ls"])?;
     assert!(!out.status.success());
     assert!(text(&out).contains("not proxied"), "{}", text(&out));
-    let out = kc(&k, &f.kubeconfig(), &["exec", "-n", "fabrik-logs", "talker-x-default-x-logs", "--", "ls"])?;
+    let out = kc(
+        &k,
+        &f.kubeconfig(),
+        &[
+            "exec",
+            "-n",
+            "fabrik-logs",
+            "talker-x-default-x-logs",
+            "--",
+            "ls",
+        ],
+    )?;
     assert!(!out.status.success());
     assert!(text(&out).contains("simulated node"), "{}", text(&out));
     Ok(())

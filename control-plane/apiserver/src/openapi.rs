@@ -75,10 +75,9 @@ fn sub_doc(def: &ResourceDef, sub: Subresource) -> SubresourceDoc {
         ),
         Subresource::Finalize => (def.definition.clone(), vec!["update".into()]),
         Subresource::Log => (def.definition.clone(), vec!["get".into()]),
-        Subresource::Exec | Subresource::Attach | Subresource::PortForward => (
-            def.definition.clone(),
-            vec!["create".into(), "get".into()],
-        ),
+        Subresource::Exec | Subresource::Attach | Subresource::PortForward => {
+            (def.definition.clone(), vec!["create".into(), "get".into()])
+        }
         Subresource::Token => (
             "io.k8s.api.authentication.v1.TokenRequest".into(),
             vec!["create".into()],

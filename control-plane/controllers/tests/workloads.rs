@@ -516,11 +516,32 @@ async fn jobs_complete_fail_and_index() -> Result<()> {
     assert!(s.start_time.is_some() && s.completion_time.is_some());
     assert!(condition(&done, "SuccessCriteriaMet"));
 
-    let failed = wait_for("job bad failed", 60, || async {
+    let failed = match wait_for("job bad failed", 60, || async {
         let j = jobs.get("bad").await?;
         Ok(condition(&j, "Failed").then_some(j))
     })
-    .await?;
+    .await
+    {
+        Ok(j) => j,
+        Err(e) => {
+            let state: Vec<String> = pods
+                .list(&ListParams::default().labels("job-name=bad"))
+                .await?
+                .items
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:?} deleting={}",
+                        p.name_any(),
+                        p.status.as_ref().and_then(|s| s.phase.clone()),
+                        p.metadata.deletion_timestamp.is_some()
+                    )
+                })
+                .collect();
+            let j = jobs.get("bad").await?;
+            anyhow::bail!("{e}; pods: {state:?}; job status: {:?}", j.status);
+        }
+    };
     let s = failed.status.clone().unwrap_or_default();
     assert_eq!(s.failed, Some(2));
     assert!(condition(&failed, "FailureTarget"));

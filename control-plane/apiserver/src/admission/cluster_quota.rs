@@ -98,7 +98,12 @@ impl Admission for ClusterQuota {
         drop(read);
         let write = self.lock.clone().write_owned().await;
         let mut used = Usage::new();
-        for pod in req.registry.list(req.def, None, &ListParams::default()).await?.items {
+        for pod in req
+            .registry
+            .list(req.def, None, &ListParams::default())
+            .await?
+            .items
+        {
             for (k, q) in usage_of(req.def, &pod) {
                 if hard.contains_key(&k) {
                     add(&mut used, &k, &q);

@@ -27,7 +27,9 @@ struct Entry {
     strategy: Arc<dyn Strategy>,
 }
 
-use Subresource::{Attach, Binding, Eviction, Exec, Finalize, Log, PortForward, Scale, Status, Token};
+use Subresource::{
+    Attach, Binding, Eviction, Exec, Finalize, Log, PortForward, Scale, Status, Token,
+};
 
 const ALL: &[&str] = &["all"];
 
