@@ -210,6 +210,11 @@ pub async fn run(args: UpArgs) -> Result<()> {
             .set_pod_streams(Arc::new(crate::pod_streams::SimulatedNodes {
                 logs: nodes.logs.clone(),
             }));
+        // The nodes' GPU-second counters, per tenant, pod and partition, on the host's /metrics.
+        let meter = nodes.meter.clone();
+        cluster
+            .server
+            .add_metrics_source(Arc::new(move || meter.metrics_text()));
     }
     control_plane::wait_for_signal().await?;
     eprintln!("fabrik: shutting down");

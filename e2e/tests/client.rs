@@ -1022,7 +1022,8 @@ async fn deployment_round_trip() -> Result<()> {
 
 #[tokio::test]
 async fn pods_list_with_label_and_field_selectors() -> Result<()> {
-    let (_fabrik, client) = start(&[]).await?;
+    // No simulated nodes: nothing may start these pods while the test reads their phases.
+    let (_fabrik, client) = start(&["--nodes", "0"]).await?;
     let pods: Api<Pod> = Api::namespaced(client, "default");
     for (name, app) in [("p-a1", "a"), ("p-a2", "a"), ("p-b1", "b")] {
         let pod: Pod = serde_json::from_value(json!({

@@ -70,6 +70,28 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+    // A GPU pod of the tenant is metered, and the host's /metrics shows it under the tenant.
+    let gpu = f.data_dir().join("gpu-pod.json");
+    std::fs::write(
+        &gpu,
+        r#"{"apiVersion":"v1","kind":"Pod","metadata":{"name":"trainer"},
+"spec":{"containers":[{"name":"c","image":"cuda","resources":{"limits":{"nvidia.com/gpu":"1"}}}]}}"#,
+    )?;
+    let out = kc(&k, &cfg, &["create", "-f", &gpu.display().to_string()])?;
+    assert!(out.status.success(), "{}", text(&out));
+    let start = Instant::now();
+    loop {
+        let out = kc(&k, &f.kubeconfig(), &["get", "--raw", "/metrics"])?;
+        let body = String::from_utf8_lossy(&out.stdout);
+        if body.contains("fabrik_gpu_allocated_seconds_total{tenant=\"logs\"") {
+            assert!(body.contains("apiserver_request_total"), "API metrics kept");
+            break;
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            bail!("the tenant's GPU pod was not metered on /metrics: {body}");
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
     // A container that does not exist.
     let out = kc(&k, &cfg, &["logs", "talker", "-c", "nope"])?;
     assert!(!out.status.success());

@@ -408,11 +408,22 @@ impl ApiServer {
                 "text/plain; charset=utf-8",
             )),
             Route::Version => Ok(Reply::json(StatusCode::OK, &crate::server::version_info())),
-            Route::Metrics => Ok(Reply::text(
-                StatusCode::OK,
-                self.metrics.render(),
-                "text/plain; version=0.0.4",
-            )),
+            Route::Metrics => {
+                let mut text = self.metrics.render();
+                let extra = self
+                    .metrics_sources
+                    .read()
+                    .map(|s| s.clone())
+                    .unwrap_or_default();
+                for source in extra {
+                    text.push_str(&source());
+                }
+                Ok(Reply::text(
+                    StatusCode::OK,
+                    text,
+                    "text/plain; version=0.0.4",
+                ))
+            }
             Route::CoreVersions | Route::Groups => {
                 let core = route == Route::CoreVersions;
                 match negotiation::output(accept)? {

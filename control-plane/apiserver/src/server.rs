@@ -81,6 +81,9 @@ impl Default for Settings {
     }
 }
 
+/// Produces Prometheus text for `/metrics`.
+pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
+
 /// One cluster's API server: the registry plus what serving needs.
 pub struct ApiServer {
     pub(crate) registry: Arc<Registry>,
@@ -90,6 +93,7 @@ pub struct ApiServer {
     pub(crate) auth: crate::auth::Authenticator,
     pub(crate) authz: crate::rbac::Authorizer,
     pub(crate) pod_streams: std::sync::RwLock<Option<Arc<dyn crate::pod_streams::PodStreams>>>,
+    pub(crate) metrics_sources: std::sync::RwLock<Vec<MetricsSource>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -113,8 +117,17 @@ impl ApiServer {
             auth,
             authz,
             pod_streams: std::sync::RwLock::new(None),
+            metrics_sources: std::sync::RwLock::new(Vec::new()),
             shutdown,
         }))
+    }
+
+    /// Adds Prometheus text appended to `/metrics` (e.g. the GPU-second counters of the
+    /// simulated nodes).
+    pub fn add_metrics_source(&self, source: MetricsSource) {
+        if let Ok(mut s) = self.metrics_sources.write() {
+            s.push(source);
+        }
     }
 
     /// Sets who serves `pods/log`, `exec`, `attach` and `portforward` of this cluster's pods.

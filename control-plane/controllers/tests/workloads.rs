@@ -37,7 +37,9 @@ impl Drop for Cluster {
 /// and a client for the test.
 async fn cluster() -> Result<Cluster> {
     e2e::init_crypto();
-    let fabrik = Fabrik::start()?;
+    // No simulated nodes: the tests play the kubelet, and a simulated node's kubelet would
+    // race them (starting pods the test means to fail).
+    let fabrik = Fabrik::start_with(&["--nodes", "0"])?;
     let client = fabrik.client().await?;
     let (tx, _rx) = oneshot::channel::<()>();
     Ok(Cluster {
@@ -145,13 +147,27 @@ fn kubelet(
                 continue;
             }
             if let Some(status) = decide(&pod) {
-                let _ = api
-                    .patch_status(
-                        &pod.name_any(),
-                        &PatchParams::default(),
-                        &Patch::Merge(status),
-                    )
-                    .await;
+                // As a kubelet does: retry until the status is written (or the pod is gone).
+                for _ in 0..100 {
+                    match api
+                        .patch_status(
+                            &pod.name_any(),
+                            &PatchParams::default(),
+                            &Patch::Merge(&status),
+                        )
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(kube::Error::Api(s)) if s.code == 404 => break,
+                        Err(e) => {
+                            eprintln!(
+                                "test kubelet: status of {} not written: {e}",
+                                pod.name_any()
+                            );
+                            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        }
+                    }
+                }
             }
         }
     })
@@ -505,11 +521,33 @@ async fn jobs_complete_fail_and_index() -> Result<()> {
         )?,
     )
     .await?;
-    let done = wait_for("job ok complete", 60, || async {
+    let done = match wait_for("job ok complete", 60, || async {
         let j = jobs.get("ok").await?;
         Ok(condition(&j, "Complete").then_some(j))
     })
-    .await?;
+    .await
+    {
+        Ok(j) => j,
+        Err(e) => {
+            let state: Vec<String> = pods
+                .list(&ListParams::default())
+                .await?
+                .items
+                .iter()
+                .map(|p| {
+                    format!(
+                        "{} {:?} deleting={} owners={:?}",
+                        p.name_any(),
+                        p.status.as_ref().and_then(|s| s.phase.clone()),
+                        p.metadata.deletion_timestamp.is_some(),
+                        p.metadata.owner_references.as_ref().map(|o| o.len())
+                    )
+                })
+                .collect();
+            let j = jobs.get("ok").await?;
+            anyhow::bail!("{e}; pods: {state:?}; job status: {:?}", j.status);
+        }
+    };
     let s = done.status.clone().unwrap_or_default();
     assert_eq!(s.succeeded, Some(3));
     assert_eq!(s.active, Some(0));
