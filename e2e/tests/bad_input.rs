@@ -147,7 +147,9 @@ fn pod(name: &str) -> Value {
 
 async fn start() -> (Fabrik, Client) {
     init_crypto();
-    let f = Fabrik::start().expect("fabrik up starts");
+    // No simulated nodes: they would start the test's pods, changing objects the tests check
+    // were left untouched by refused writes.
+    let f = Fabrik::start_with(&["--nodes", "0"]).expect("fabrik up starts");
     let client = f.client().await.expect("kube client");
     (f, client)
 }
