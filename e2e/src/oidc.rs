@@ -103,6 +103,9 @@ pub struct TokenSet {
     pub access_token: String,
 }
 
+/// How long the provider may take to print its issuer.
+const PROVIDER_START: Duration = Duration::from_secs(120);
+
 /// A running `e2e/oidc/provider.mjs`.
 pub struct OidcProvider {
     child: Option<Child>,
@@ -181,13 +184,19 @@ impl OidcProvider {
             ca_pem,
             opts,
         };
-        match rx.recv_timeout(Duration::from_secs(30)) {
+        // Node loads the provider's modules cold on a fresh machine while the rest of the suite
+        // runs in parallel: allow it time.
+        match rx.recv_timeout(PROVIDER_START) {
             Ok(issuer) if issuer.starts_with("https://") => provider.issuer = issuer,
             Ok(other) => bail!(
                 "provider.mjs printed {other:?} instead of its issuer: {}",
                 provider.log()
             ),
-            Err(_) => bail!("provider.mjs did not start within 30 s: {}", provider.log()),
+            Err(_) => bail!(
+                "provider.mjs did not start within {} s: {}",
+                PROVIDER_START.as_secs(),
+                provider.log()
+            ),
         }
         Ok(provider)
     }
