@@ -6,10 +6,9 @@
 
 use std::sync::{Arc, Mutex, RwLock};
 
-use fabrik_machinery::quantity::Quantity;
 use serde_json::Value;
 
-use super::resource_quota::{add, over, usage_of, Usage};
+use super::resource_quota::{add, describe, over, usage_of, Usage};
 use super::{Admission, Operation, Request, Verdict};
 use crate::error::ApiError;
 use crate::registry::ListParams;
@@ -115,16 +114,11 @@ impl Admission for ClusterQuota {
             *b = Some(used);
         }
         if !exceeded.is_empty() {
-            let list = |f: &dyn Fn(&(String, Quantity, Quantity, Quantity)) -> String| {
-                exceeded.iter().map(f).collect::<Vec<_>>().join(",")
-            };
             return Err(ApiError::Forbidden(format!(
-                "pods \"{}\" is forbidden: exceeded the quota of {}: requested: {}, used: {}, limited: {}",
+                "pods \"{}\" is forbidden: exceeded the quota of {}: {}",
                 obj["metadata"]["name"].as_str().unwrap_or(""),
                 self.name,
-                list(&|(k, w, _, _)| format!("{k}={w}")),
-                list(&|(k, _, u, _)| format!("{k}={u}")),
-                list(&|(k, _, _, l)| format!("{k}={l}")),
+                describe(&exceeded),
             )));
         }
         if !self.try_charge(&requested, &hard, req.dry_run) {

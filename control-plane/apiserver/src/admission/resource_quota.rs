@@ -38,6 +38,19 @@ pub struct ResourceQuota {
 /// A quota as of its spec: namespace, UID, generation.
 type QuotaKey = (String, String, i64);
 
+/// Upstream's `requested: k=v, used: k=v, limited: k=v` for the resources over their limit.
+pub(crate) fn describe(exceeded: &[(String, Quantity, Quantity, Quantity)]) -> String {
+    let list = |f: &dyn Fn(&(String, Quantity, Quantity, Quantity)) -> String| {
+        exceeded.iter().map(f).collect::<Vec<_>>().join(",")
+    };
+    format!(
+        "requested: {}, used: {}, limited: {}",
+        list(&|(k, w, _, _)| format!("{k}={w}")),
+        list(&|(k, _, u, _)| format!("{k}={u}")),
+        list(&|(k, _, _, l)| format!("{k}={l}")),
+    )
+}
+
 pub(crate) fn over(
     used: &Usage,
     requested: &Usage,
@@ -358,17 +371,12 @@ impl Admission for ResourceQuota {
                 b.insert(key.clone(), used);
             }
             if !exceeded.is_empty() {
-                let list = |f: &dyn Fn(&(String, Quantity, Quantity, Quantity)) -> String| {
-                    exceeded.iter().map(f).collect::<Vec<_>>().join(",")
-                };
                 return Err(ApiError::Forbidden(format!(
-                    "{} \"{}\" is forbidden: exceeded quota: {}, requested: {}, used: {}, limited: {}",
+                    "{} \"{}\" is forbidden: exceeded quota: {}, {}",
                     req.def.group_resource(),
                     obj["metadata"]["name"].as_str().unwrap_or(""),
                     quota["metadata"]["name"].as_str().unwrap_or(""),
-                    list(&|(k, w, _, _)| format!("{k}={w}")),
-                    list(&|(k, _, u, _)| format!("{k}={u}")),
-                    list(&|(k, _, _, l)| format!("{k}={l}")),
+                    describe(&exceeded),
                 )));
             }
         }
