@@ -38,11 +38,12 @@ pub struct ResourceQuota {
 /// A quota as of its spec: namespace, UID, generation.
 type QuotaKey = (String, String, i64);
 
+/// A resource over its limit: name, requested, used, limit.
+pub(crate) type Excess = (String, Quantity, Quantity, Quantity);
+
 /// Upstream's `requested: k=v, used: k=v, limited: k=v` for the resources over their limit.
-pub(crate) fn describe(exceeded: &[(String, Quantity, Quantity, Quantity)]) -> String {
-    let list = |f: &dyn Fn(&(String, Quantity, Quantity, Quantity)) -> String| {
-        exceeded.iter().map(f).collect::<Vec<_>>().join(",")
-    };
+pub(crate) fn describe(exceeded: &[Excess]) -> String {
+    let list = |f: &dyn Fn(&Excess) -> String| exceeded.iter().map(f).collect::<Vec<_>>().join(",");
     format!(
         "requested: {}, used: {}, limited: {}",
         list(&|(k, w, _, _)| format!("{k}={w}")),
