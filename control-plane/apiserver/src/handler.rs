@@ -688,19 +688,13 @@ impl ApiServer {
             (Verb::Patch, Some(Subresource::Scale)) => {
                 let ty = negotiation::body_type(content_type.as_deref())?;
                 let body = self.decode(req, content_type.as_deref(), true).await?;
-                let current = registry::scale_of(&def, &reg.get(&def, ns, &name).await?);
-                let patched = registry::apply_patch(
-                    &current,
-                    &body,
-                    ty,
-                    Some("io.k8s.api.autoscaling.v1.Scale"),
-                )?;
                 let scale = reg
-                    .update_scale(
+                    .patch_scale(
                         &def,
                         ns,
                         &name,
-                        &patched,
+                        ty,
+                        &body,
                         &self.write_options(query, user_agent.as_deref(), &user)?,
                     )
                     .await?;

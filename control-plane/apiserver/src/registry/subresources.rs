@@ -88,6 +88,46 @@ impl Registry {
         Ok(scale_of(def, &written.object))
     }
 
+    /// Patches the Scale of an object. The patch is applied to the Scale read inside the
+    /// write's retry loop, so a concurrent writer (the object's controller) costs a retry,
+    /// not a 409; a `resourceVersion` written by the patch itself stays a precondition.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn patch_scale(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        ty: crate::negotiation::BodyType,
+        patch_doc: &Value,
+        opts: &WriteOptions,
+    ) -> Result<Value> {
+        let written = self
+            .update_with(def, ns, name, None, Part::Main, opts, |old| {
+                let current = scale_of(def, old);
+                let patched = super::apply_patch(
+                    &current,
+                    patch_doc,
+                    ty,
+                    Some("io.k8s.api.autoscaling.v1.Scale"),
+                )?;
+                let given = object::resource_version(&patched)?;
+                if given.is_some() && given != object::resource_version(&current)? {
+                    return Err(ApiError::conflict(&def.group_resource(), name));
+                }
+                let replicas = replicas_of(&patched)?;
+                let mut new = old.clone();
+                let path = def.scale.clone().unwrap_or_default().spec_replicas;
+                if !jsonpath::set(&mut new, &path, json!(replicas)) {
+                    return Err(ApiError::Internal(format!(
+                        "cannot write the scale path {path}"
+                    )));
+                }
+                Ok(new)
+            })
+            .await?;
+        Ok(scale_of(def, &written.object))
+    }
+
     /// `pods/binding`: assigns the pod to a node, once.
     pub async fn bind_pod(
         &self,
