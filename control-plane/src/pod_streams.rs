@@ -1,15 +1,23 @@
-//! Who serves `kubectl logs` (and answers `exec`, `attach`, `port-forward`):
+//! Who serves `kubectl logs`, `exec`, `attach` and `port-forward`:
 //!
 //! - [`SimulatedNodes`] for the host of `fabrik up`: the log the kubelet stand-in of a
-//!   simulated node recorded; `exec` and friends are refused with the reason (nothing runs on a
-//!   simulated node);
-//! - [`HostPods`] for a tenant's API server: the log of the tenant pod's host pod, read from the
-//!   host API (on a real host cluster, from its kubelet).
+//!   simulated node recorded, and `exec` of the few commands a simulated container answers
+//!   ([`node_agent::kubelet::exec`]); `attach` and `port-forward` are refused with the reason
+//!   (no process runs, nothing listens);
+//! - [`HostPods`] for a tenant's API server: the tenant pod's host pod — its log read from the
+//!   host API, its streams proxied to the host's `pods/exec|attach|portforward` (on a real host
+//!   cluster, its kubelet): the upgrade is passed on and the bytes are copied both ways, so
+//!   whatever protocol the client and the host agree on (WebSocket or SPDY) passes unchanged.
 
-use fabrik_apiserver::pod_streams::PodStreams;
+use fabrik_apiserver::pod_streams::{
+    self as streams, BoxedIo, PendingSession, PodStreams, StreamAnswer, StreamRequest,
+};
 use fabrik_apiserver::ApiError;
+use http::{header, HeaderMap, HeaderValue, StatusCode};
+use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
+use node_agent::kubelet::exec::{self, ExecOptions, SimContainer};
 use node_agent::kubelet::logs::LogStore;
 use serde_json::Value;
 
@@ -42,13 +50,89 @@ impl PodStreams for SimulatedNodes {
         })
     }
 
-    async fn stream(&self, pod: &Value, what: &str) -> Result<(), ApiError> {
+    async fn stream(&self, pod: &Value, req: StreamRequest) -> Result<StreamAnswer, ApiError> {
         let (_, name) = name_of(pod);
-        let node = pod["spec"]["nodeName"].as_str().unwrap_or("no node");
-        Err(ApiError::BadRequest(format!(
-            "pod {name} runs on simulated node {node}: {what} is not available there (simulated \
-             nodes run no containers; `kubectl logs` shows what the simulation recorded)"
-        )))
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or("no node")
+            .to_string();
+        if req.what != "exec" {
+            let why = if req.what == "attach" {
+                "a simulated container runs no process to attach to"
+            } else {
+                "nothing listens in a simulated container"
+            };
+            return Err(ApiError::BadRequest(format!(
+                "pod {name} runs on simulated node {node}: {} is not available there ({why}; \
+                 `kubectl logs` shows what the simulation recorded, `kubectl exec` answers {})",
+                req.what,
+                exec::COMMANDS
+            )));
+        }
+        let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+        if phase != "Running" {
+            return Err(ApiError::BadRequest(format!(
+                "pod {name} is not running (phase {phase}): there is no container to exec into"
+            )));
+        }
+        let opts =
+            ExecOptions::from_query(&req.query).map_err(|e| ApiError::BadRequest(e.to_string()))?;
+        let container = streams::container_of(pod, opts.container.as_deref())?;
+        let header = |h: header::HeaderName| req.headers.get(h).and_then(|v| v.to_str().ok());
+        if !header(header::UPGRADE).is_some_and(|u| u.eq_ignore_ascii_case("websocket")) {
+            return Err(ApiError::BadRequest(format!(
+                "simulated node {node} serves exec over WebSocket only (kubectl 1.30 and later \
+                 use it); SPDY is not spoken there"
+            )));
+        }
+        let Some(key) = header(header::SEC_WEBSOCKET_KEY) else {
+            return Err(ApiError::BadRequest(
+                "a WebSocket upgrade needs Sec-WebSocket-Key".into(),
+            ));
+        };
+        let offered = header(header::SEC_WEBSOCKET_PROTOCOL).unwrap_or("");
+        let Some(protocol) = exec::choose_protocol(offered) else {
+            return Err(ApiError::BadRequest(format!(
+                "none of the stream protocols offered ({offered}) is served; offer one of {}",
+                exec::PROTOCOLS.join(", ")
+            )));
+        };
+        // A pod's hostname is `spec.hostname` when set (the syncer sets the tenant's), else
+        // its name.
+        let hostname = pod["spec"]["hostname"]
+            .as_str()
+            .filter(|h| !h.is_empty())
+            .unwrap_or(name)
+            .to_string();
+        let mut env: Vec<(String, String)> = vec![("HOSTNAME".into(), hostname.clone())];
+        let spec = ["containers", "initContainers"]
+            .iter()
+            .flat_map(|k| pod["spec"][*k].as_array().into_iter().flatten())
+            .find(|c| c["name"].as_str() == Some(container.as_str()));
+        for e in spec.and_then(|c| c["env"].as_array()).into_iter().flatten() {
+            if let (Some(k), Some(v)) = (e["name"].as_str(), e["value"].as_str()) {
+                env.push((k.to_string(), v.to_string()));
+            }
+        }
+        let sim = SimContainer {
+            node,
+            hostname,
+            env,
+        };
+        let mut headers = HeaderMap::new();
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(protocol),
+        );
+        let accept = HeaderValue::from_str(&exec::accept_key(key))
+            .map_err(|e| ApiError::Internal(format!("a WebSocket accept key: {e}")))?;
+        headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+        Ok(StreamAnswer {
+            headers,
+            session: Box::new(move |io: BoxedIo| Box::pin(exec::serve(io, protocol, opts, sim))),
+        })
     }
 }
 
@@ -85,10 +169,84 @@ impl PodStreams for HostPods {
         })
     }
 
-    async fn stream(&self, pod: &Value, what: &str) -> Result<(), ApiError> {
-        let (_, name) = name_of(pod);
-        Err(ApiError::BadRequest(format!(
-            "{what} into tenant pods is not proxied to the host yet (pod {name}); use `kubectl logs`"
-        )))
+    async fn stream(&self, pod: &Value, req: StreamRequest) -> Result<StreamAnswer, ApiError> {
+        let (ns, name) = name_of(pod);
+        let host_ns = syncer::naming::host_namespace(&self.tenant);
+        let host_name = syncer::naming::host_name(name, ns, &self.tenant);
+        // The host request is built by allow-list: the stream's own parameters only.
+        let query = {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            for (k, v) in form_urlencoded::parse(req.query.as_bytes()) {
+                if matches!(
+                    k.as_ref(),
+                    "command" | "container" | "stdin" | "stdout" | "stderr" | "tty" | "ports"
+                ) {
+                    query.append_pair(&k, &v);
+                }
+            }
+            query.finish()
+        };
+        let uri = format!(
+            "/api/v1/namespaces/{host_ns}/pods/{host_name}/{}?{query}",
+            req.what
+        );
+        let mut builder = http::Request::builder().method(req.method.clone()).uri(uri);
+        for (k, v) in &req.headers {
+            builder = builder.header(k, v);
+        }
+        let request = builder
+            .body(kube::client::Body::empty())
+            .map_err(|e| ApiError::Internal(format!("building the host stream request: {e}")))?;
+        let mut res =
+            self.host.send(request).await.map_err(|e| {
+                ApiError::Internal(format!("opening the stream to the host pod: {e}"))
+            })?;
+        if res.status() != StatusCode::SWITCHING_PROTOCOLS {
+            let code = res.status();
+            let body = res
+                .into_body()
+                .collect()
+                .await
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            let message = serde_json::from_slice::<Value>(&body)
+                .ok()
+                .and_then(|s| s["message"].as_str().map(str::to_string))
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned())
+                .replace(&host_name, name)
+                .replace(&host_ns, ns);
+            return Err(match code {
+                StatusCode::BAD_REQUEST => ApiError::BadRequest(message),
+                StatusCode::NOT_FOUND => ApiError::BadRequest(format!(
+                    "pod {name} has no host pod yet (it is not scheduled): {message}"
+                )),
+                _ => ApiError::Internal(format!("the host refused the stream ({code}): {message}")),
+            });
+        }
+        let headers = streams::negotiation_headers(res.headers());
+        // The host in this process hands its session over; a host across the network upgrades
+        // the connection, and the bytes are copied both ways.
+        if let Some(session) = res
+            .extensions()
+            .get::<PendingSession>()
+            .and_then(PendingSession::take)
+        {
+            return Ok(StreamAnswer { headers, session });
+        }
+        let host_side = hyper::upgrade::on(&mut res);
+        Ok(StreamAnswer {
+            headers,
+            session: Box::new(move |mut client: BoxedIo| {
+                Box::pin(async move {
+                    match host_side.await {
+                        Ok(up) => {
+                            let mut host = hyper_util::rt::TokioIo::new(up);
+                            let _ = tokio::io::copy_bidirectional(&mut client, &mut host).await;
+                        }
+                        Err(e) => tracing::debug!(error = %e, "the host pod's stream did not open"),
+                    }
+                })
+            }),
+        })
     }
 }

@@ -1,5 +1,7 @@
-//! `kubectl logs` on the simulated nodes of `fabrik up` (what the kubelet stand-in recorded)
-//! and on a tenant pod (proxied to its host pod); `exec` is refused with the reason.
+//! `kubectl logs` and `kubectl exec` on the simulated nodes of `fabrik up` (what the kubelet
+//! stand-in recorded; the few commands a simulated container answers) and on a tenant pod
+//! (proxied to its host pod: the stream passes through, stdin, stdout and exit codes included);
+//! `attach` and `port-forward` are refused with the reason, through the tenant as well.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -100,12 +102,77 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
         "{}",
         text(&out)
     );
-    // exec: refused with the reason, on the tenant and on the host.
-    let out = kc(&k, &cfg, &["exec", "talker", "--", "ls"])?;
-    assert!(!out.status.success());
-    assert!(text(&out).contains("not proxied"), "{}", text(&out));
+    exec_into_tenant_and_host_pods(&f, &cfg)?;
+    Ok(())
+}
+
+fn exec_into_tenant_and_host_pods(f: &Fabrik, cfg: &Path) -> Result<()> {
+    let all = kubectls();
+    let new = all.last().expect("a kubectl");
+    // Through the tenant (its proxy hands the stream to the host in the same process).
     let out = kc(
-        &k,
+        new,
+        cfg,
+        &["exec", "talker", "--", "echo", "hello", "tenant"],
+    )?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello tenant\n");
+    let out = kc(new, cfg, &["exec", "talker", "--", "hostname"])?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "talker\n",
+        "the tenant's hostname, not the host pod's name: {}",
+        text(&out)
+    );
+    let mut cat = std::process::Command::new(&new.path)
+        .arg("--kubeconfig")
+        .arg(cfg)
+        .args(["exec", "-i", "talker", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let input: Vec<u8> = (0..2000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    if let Some(mut stdin) = cat.stdin.take() {
+        use std::io::Write;
+        stdin.write_all(&input)?;
+    }
+    let out = cat.wait_with_output()?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        out.stdout == input,
+        "cat gave back {} of {} bytes",
+        out.stdout.len(),
+        input.len()
+    );
+    // Exit codes and stderr come back as the container ends.
+    let out = kc(new, cfg, &["exec", "talker", "--", "false"])?;
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let out = kc(new, cfg, &["exec", "talker", "--", "rm", "-rf", "/"])?;
+    assert_eq!(out.status.code(), Some(127), "{}", text(&out));
+    assert!(text(&out).contains("simulated node"), "{}", text(&out));
+    // attach and port-forward: the host's reason, through the tenant, without host names.
+    let out = kc(new, cfg, &["attach", "talker"])?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("no process to attach to") && !text(&out).contains("-x-"),
+        "{}",
+        text(&out)
+    );
+    let out = kc(new, cfg, &["port-forward", "talker", "18080:80"])?;
+    assert!(!out.status.success());
+    assert!(text(&out).contains("nothing listens"), "{}", text(&out));
+    // kubectl before 1.30 speaks SPDY: passed to the host, which says what it speaks.
+    if let Some(old) = all.iter().find(|k| k.version == "1.27") {
+        let out = kc(old, cfg, &["exec", "talker", "--", "echo", "x"])?;
+        assert!(!out.status.success());
+        assert!(text(&out).contains("WebSocket only"), "{}", text(&out));
+    }
+    // On the host directly.
+    let out = kc(
+        new,
         &f.kubeconfig(),
         &[
             "exec",
@@ -113,10 +180,45 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
             "fabrik-logs",
             "talker-x-default-x-logs",
             "--",
-            "ls",
+            "env",
         ],
     )?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("HOSTNAME=talker\n"),
+        "{}",
+        text(&out)
+    );
+    // RBAC: `get pods/exec` without `create` opens no stream (upstream since 1.31).
+    let role = f.data_dir().join("exec-get.yaml");
+    std::fs::write(
+        &role,
+        r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: exec-get, namespace: default}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list]}
+- {apiGroups: [""], resources: [pods/exec], verbs: [get]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: exec-get, namespace: default}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: exec-get}
+subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: viewer}]
+"#,
+    )?;
+    let out = kc(new, cfg, &["apply", "-f", &role.display().to_string()])?;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kc(
+        new,
+        cfg,
+        &["exec", "--as", "viewer", "talker", "--", "echo", "x"],
+    )?;
     assert!(!out.status.success());
-    assert!(text(&out).contains("simulated node"), "{}", text(&out));
+    assert!(
+        text(&out).contains("cannot create resource \"pods/exec\""),
+        "{}",
+        text(&out)
+    );
     Ok(())
 }

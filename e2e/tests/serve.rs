@@ -351,6 +351,44 @@ fn scenario(k: &Kubectl, up: &Fabrik, work: &Path) -> Result<()> {
             )?;
             Ok(String::from_utf8_lossy(&out.stdout).trim() == "Running")
         })?;
+        // `kubectl exec` into the tenant pod: serve upgrades the connection to the host (across
+        // the network here) and copies the stream both ways; stdin, stdout and the exit code
+        // pass through.
+        let hello = kc_ok(
+            k,
+            &home,
+            &tkc,
+            &["exec", "train", "--", "echo", "over", "the", "host"],
+        )?;
+        if hello.trim() != "over the host" {
+            bail!("exec through serve printed {hello:?}");
+        }
+        let mut cat = std::process::Command::new(&k.path)
+            .env("HOME", &home)
+            .arg("--kubeconfig")
+            .arg(&tkc)
+            .args(["exec", "-i", "train", "--", "cat"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = cat.stdin.take() {
+            use std::io::Write;
+            stdin.write_all(b"line one\nline two\n")?;
+        }
+        let out = cat.wait_with_output()?;
+        if !out.status.success() || out.stdout != b"line one\nline two\n" {
+            bail!(
+                "exec -i cat through serve: {} {:?} {}",
+                out.status,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let failed = kc(k, &home, &tkc, &["exec", "train", "--", "false"])?;
+        if failed.status.code() != Some(1) {
+            bail!("exec false through serve exited with {}", failed.status);
+        }
         Ok(())
     })();
     if let Err(e) = result {

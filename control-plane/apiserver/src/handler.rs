@@ -51,6 +51,8 @@ struct Reply {
     body: Body,
     content_type: &'static str,
     warnings: Vec<String>,
+    /// A stream accepted (status 101): its headers, and its session for an in-process caller.
+    upgrade: Option<(http::HeaderMap, crate::pod_streams::PendingSession)>,
 }
 
 fn full(bytes: impl Into<Bytes>) -> Body {
@@ -64,6 +66,7 @@ impl Reply {
             body: full(serde_json::to_vec(value).unwrap_or_default()),
             content_type: "application/json",
             warnings: Vec::new(),
+            upgrade: None,
         }
     }
 
@@ -75,6 +78,7 @@ impl Reply {
                 body: full(text),
                 content_type: "application/yaml",
                 warnings: Vec::new(),
+                upgrade: None,
             };
         }
         Reply::json(status, value)
@@ -86,6 +90,7 @@ impl Reply {
             body: full(text),
             content_type,
             warnings: Vec::new(),
+            upgrade: None,
         }
     }
 
@@ -278,10 +283,18 @@ impl ApiServer {
             .observe(&verb, &resource, reply.status.as_u16(), started.elapsed());
         let mut resp = Response::new(reply.body);
         *resp.status_mut() = reply.status;
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static(reply.content_type),
-        );
+        match reply.upgrade {
+            Some((headers, session)) => {
+                resp.headers_mut().extend(headers);
+                resp.extensions_mut().insert(session);
+            }
+            None => {
+                resp.headers_mut().insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(reply.content_type),
+                );
+            }
+        }
         for w in reply.warnings {
             let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
             if let Ok(v) = HeaderValue::from_str(&text) {
@@ -380,12 +393,25 @@ impl ApiServer {
                 }
                 _ => attrs,
             };
-            if !self.authz.authorize(&user, &attrs).allowed() {
-                return Err((
-                    ApiError::Forbidden(crate::rbac::forbidden_message(&user, &attrs)),
-                    verb,
-                    resource,
-                ));
+            // A stream into a pod (a WebSocket upgrade is a GET) also needs `create`, as
+            // upstream has required since 1.31: `get` alone must not open a shell.
+            let streams = matches!(
+                &route,
+                Route::Resource(r) if r.group.is_empty() && r.resource == "pods"
+                    && matches!(r.subresource.as_deref(), Some("exec" | "attach" | "portforward"))
+            );
+            let create = Attributes {
+                verb: "create".into(),
+                ..attrs.clone()
+            };
+            for attrs in std::iter::once(&attrs).chain(streams.then_some(&create)) {
+                if !self.authz.authorize(&user, attrs).allowed() {
+                    return Err((
+                        ApiError::Forbidden(crate::rbac::forbidden_message(&user, attrs)),
+                        verb,
+                        resource,
+                    ));
+                }
             }
         }
         let result = match route {
@@ -460,6 +486,7 @@ impl ApiServer {
                         body: full(bytes),
                         content_type: "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
                         warnings: Vec::new(),
+                        upgrade: None,
                     });
                 }
                 Ok(Reply::json(StatusCode::OK, &doc))
@@ -486,7 +513,7 @@ impl ApiServer {
 
     async fn resource(
         &self,
-        req: Request<RequestBody>,
+        mut req: Request<RequestBody>,
         query: &Query,
         r: ResourceRequest,
         user: UserInfo,
@@ -595,19 +622,52 @@ impl ApiServer {
             ) => {
                 let pod = reg.get(&def, ns, &name).await?;
                 let streams = self.pod_streams.read().ok().and_then(|s| s.clone());
-                match streams {
-                    Some(s) => {
-                        s.stream(&pod, sub.name()).await?;
-                        Err(ApiError::BadRequest(format!(
-                            "{} needs a streaming connection (SPDY or WebSocket upgrade)",
-                            sub.name()
-                        )))
-                    }
-                    None => Err(ApiError::BadRequest(format!(
+                let Some(streams) = streams else {
+                    return Err(ApiError::BadRequest(format!(
                         "pod {name} does not run on a node that serves {}",
                         sub.name()
-                    ))),
+                    )));
+                };
+                let wants_upgrade = header_str(&req, header::CONNECTION)
+                    .is_some_and(|c| c.to_ascii_lowercase().contains("upgrade"))
+                    && req.headers().contains_key(header::UPGRADE);
+                if !wants_upgrade {
+                    return Err(ApiError::BadRequest(format!(
+                        "{} needs a streaming connection (an HTTP upgrade to WebSocket or SPDY)",
+                        sub.name()
+                    )));
                 }
+                let ask = crate::pod_streams::StreamRequest {
+                    what: sub.name(),
+                    method: req.method().clone(),
+                    query: req.uri().query().unwrap_or("").to_string(),
+                    headers: crate::pod_streams::negotiation_headers(req.headers()),
+                };
+                let answer = streams.stream(&pod, ask).await?;
+                let pending = crate::pod_streams::PendingSession::new(answer.session);
+                // A network caller's connection is upgraded once this reply is sent; an
+                // in-process caller takes the session from the reply.
+                if let Some(on_upgrade) = req.extensions_mut().remove::<hyper::upgrade::OnUpgrade>()
+                {
+                    let session = pending.clone();
+                    tokio::spawn(async move {
+                        match on_upgrade.await {
+                            Ok(upgraded) => {
+                                if let Some(run) = session.take() {
+                                    run(Box::pin(hyper_util::rt::TokioIo::new(upgraded))).await;
+                                }
+                            }
+                            Err(e) => tracing::debug!(error = %e, "a stream upgrade failed"),
+                        }
+                    });
+                }
+                Ok(Reply {
+                    status: StatusCode::SWITCHING_PROTOCOLS,
+                    body: full(Bytes::new()),
+                    content_type: "",
+                    warnings: Vec::new(),
+                    upgrade: Some((answer.headers, pending)),
+                })
             }
             (Verb::Create, Some(Subresource::Token)) => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
@@ -876,6 +936,7 @@ impl ApiServer {
                     body: full(body),
                     content_type: "application/json",
                     warnings: Vec::new(),
+                    upgrade: None,
                 })
             }
             Output::Table => {
@@ -995,6 +1056,7 @@ impl ApiServer {
             body: StreamBody::new(frames).boxed_unsync(),
             content_type: "application/json",
             warnings: Vec::new(),
+            upgrade: None,
         })
     }
 }

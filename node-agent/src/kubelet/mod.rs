@@ -4,9 +4,11 @@
 //! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
 //! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods.
 //!
-//! Nothing is executed: containers are simulated. `exec` and serving `logs` are not here.
+//! Nothing is executed: containers are simulated. [`exec`] answers a few commands over the
+//! kubelet's stream protocol; serving `logs` is the API server's (from [`logs`]).
 //! It polls the pods of its node every `interval`.
 
+pub mod exec;
 pub mod ips;
 pub mod lifecycle;
 pub mod logs;
