@@ -13,6 +13,8 @@ use fabrik_apiserver::pod_streams::{
     self as streams, BoxedIo, PendingSession, PodStreams, StreamAnswer, StreamRequest,
 };
 use fabrik_apiserver::ApiError;
+use futures::stream::BoxStream;
+use futures::{AsyncBufReadExt, StreamExt};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
@@ -44,6 +46,20 @@ impl PodStreams for SimulatedNodes {
             )));
         }
         self.logs.get(ns, name, container).ok_or_else(|| {
+            ApiError::BadRequest(format!(
+                "container \"{container}\" in pod \"{name}\" is waiting to start: no log yet"
+            ))
+        })
+    }
+
+    async fn follow(
+        &self,
+        pod: &Value,
+        container: &str,
+        tail: Option<usize>,
+    ) -> Result<BoxStream<'static, String>, ApiError> {
+        let (ns, name) = name_of(pod);
+        self.logs.follow(ns, name, container, tail).ok_or_else(|| {
             ApiError::BadRequest(format!(
                 "container \"{container}\" in pod \"{name}\" is waiting to start: no log yet"
             ))
@@ -136,6 +152,20 @@ impl PodStreams for SimulatedNodes {
     }
 }
 
+impl HostPods {
+    /// The host's refusal, in the host's words but without the host pod's name.
+    fn host_refusal(&self, e: kube::Error, name: &str, ns: &str, host_name: &str) -> ApiError {
+        match e {
+            kube::Error::Api(s) => ApiError::BadRequest(
+                s.message
+                    .replace(host_name, name)
+                    .replace(&syncer::naming::host_namespace(&self.tenant), ns),
+            ),
+            other => ApiError::Internal(format!("reading the host pod's log: {other}")),
+        }
+    }
+}
+
 /// A tenant's pods, served from their host pods.
 pub struct HostPods {
     /// The host API.
@@ -158,15 +188,38 @@ impl PodStreams for HostPods {
             previous,
             ..LogParams::default()
         };
-        pods.logs(&host_name, &params).await.map_err(|e| match e {
-            // The host's refusal, in the host's words but without the host pod's name.
-            kube::Error::Api(s) => ApiError::BadRequest(
-                s.message
-                    .replace(&host_name, name)
-                    .replace(&syncer::naming::host_namespace(&self.tenant), ns),
-            ),
-            other => ApiError::Internal(format!("reading the host pod's log: {other}")),
-        })
+        pods.logs(&host_name, &params)
+            .await
+            .map_err(|e| self.host_refusal(e, name, ns, &host_name))
+    }
+
+    async fn follow(
+        &self,
+        pod: &Value,
+        container: &str,
+        tail: Option<usize>,
+    ) -> Result<BoxStream<'static, String>, ApiError> {
+        let (ns, name) = name_of(pod);
+        let host_name = syncer::naming::host_name(name, ns, &self.tenant);
+        let pods: Api<Pod> = Api::namespaced(
+            self.host.clone(),
+            &syncer::naming::host_namespace(&self.tenant),
+        );
+        let params = LogParams {
+            container: Some(container.to_string()),
+            follow: true,
+            tail_lines: tail.and_then(|t| i64::try_from(t).ok()),
+            ..LogParams::default()
+        };
+        let lines = pods
+            .log_stream(&host_name, &params)
+            .await
+            .map_err(|e| self.host_refusal(e, name, ns, &host_name))?
+            .lines();
+        Ok(lines
+            .take_while(|l| std::future::ready(l.is_ok()))
+            .filter_map(|l| std::future::ready(l.ok().map(|l| format!("{l}\n"))))
+            .boxed())
     }
 
     async fn stream(&self, pod: &Value, req: StreamRequest) -> Result<StreamAnswer, ApiError> {

@@ -103,6 +103,7 @@ fn logs_of_host_and_tenant_pods() -> Result<()> {
         text(&out)
     );
     exec_into_tenant_and_host_pods(&f, &cfg)?;
+    follow_until_the_pod_goes(&k, &cfg)?;
     Ok(())
 }
 
@@ -221,4 +222,45 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: User, name: viewer}]
         text(&out)
     );
     Ok(())
+}
+
+/// `kubectl logs --follow` through the tenant: the last line now, and the stream ends when the
+/// pod goes away.
+fn follow_until_the_pod_goes(k: &e2e::Kubectl, cfg: &Path) -> Result<()> {
+    let mut follow = std::process::Command::new(&k.path)
+        .arg("--kubeconfig")
+        .arg(cfg)
+        .args(["logs", "--follow", "--tail", "1", "talker"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = follow.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout).lines() {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = rx.recv_timeout(Duration::from_secs(30))??;
+    assert!(
+        first.contains("GPU devices"),
+        "the last line first: {first}"
+    );
+    let out = kc(k, cfg, &["delete", "pod", "talker", "--wait=false"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    let start = Instant::now();
+    loop {
+        if let Some(status) = follow.try_wait()? {
+            assert!(status.success(), "kubectl logs -f ended with {status}");
+            return Ok(());
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            let _ = follow.kill();
+            bail!("kubectl logs --follow did not end when the pod was deleted");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }

@@ -609,6 +609,29 @@ impl ApiServer {
                         "pod {name} does not run on a node that serves logs"
                     )));
                 };
+                if query.flag("follow")? && !previous {
+                    // limitBytes counts over the whole stream.
+                    let chunks = streams.follow(&pod, &container, tail).await?.scan(
+                        limit.unwrap_or(usize::MAX),
+                        |left, chunk| {
+                            if *left == 0 {
+                                return std::future::ready(None);
+                            }
+                            let cut = crate::pod_streams::trim(&chunk, None, Some(*left));
+                            *left -= cut.len();
+                            std::future::ready(Some(Ok::<_, std::convert::Infallible>(
+                                Frame::data(Bytes::from(cut)),
+                            )))
+                        },
+                    );
+                    return Ok(Reply {
+                        status: StatusCode::OK,
+                        body: StreamBody::new(chunks).boxed_unsync(),
+                        content_type: "text/plain",
+                        warnings: Vec::new(),
+                        upgrade: None,
+                    });
+                }
                 let text = streams.logs(&pod, &container, previous).await?;
                 Ok(Reply::text(
                     StatusCode::OK,

@@ -98,6 +98,21 @@ pub trait PodStreams: Send + Sync {
     /// The whole current log of `container` of `pod` (the handler trims it).
     async fn logs(&self, pod: &Value, container: &str, previous: bool) -> Result<String, ApiError>;
 
+    /// `kubectl logs --follow`: the log (its last `tail` lines, if given), then what the
+    /// container prints, until it exits. A provider that cannot follow says why.
+    async fn follow(
+        &self,
+        pod: &Value,
+        container: &str,
+        tail: Option<usize>,
+    ) -> Result<futures::stream::BoxStream<'static, String>, ApiError> {
+        let _ = (container, tail);
+        Err(ApiError::BadRequest(format!(
+            "following the log of pod {} is not served here; drop --follow",
+            pod["metadata"]["name"].as_str().unwrap_or("")
+        )))
+    }
+
     /// Accepts the upgrade `req` for a stream into `pod`, or says why not, as an error.
     async fn stream(&self, pod: &Value, req: StreamRequest) -> Result<StreamAnswer, ApiError>;
 }

@@ -306,6 +306,7 @@ impl Kubelet {
         for (c, _) in lifecycle::container_names(pod) {
             self.logs
                 .append(&ns, &name, &c, format!("{now} exited with code 0"));
+            self.logs.end(&ns, &name, &c);
         }
         // The pod IP stays taken until the pod is gone, as a real kubelet keeps it.
         Ok(())
