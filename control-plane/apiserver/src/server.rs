@@ -249,7 +249,10 @@ async fn serve_connection(
         }
     });
     let builder = auto::Builder::new(TokioExecutor::new());
-    if let Err(e) = builder.serve_connection_with_upgrades(TokioIo::new(tls), service).await {
+    if let Err(e) = builder
+        .serve_connection_with_upgrades(TokioIo::new(tls), service)
+        .await
+    {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
 }

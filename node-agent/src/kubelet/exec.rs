@@ -331,7 +331,7 @@ mod tests {
         // RFC 6455's example.
         assert_eq!(
             accept_key("dGhlIHNhbXBsZSBub25jZQ=="),
-            "s3pPLMBiTxaQ9kZGzzhZRbK+xOo="
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
         );
     }
 
