@@ -18,6 +18,9 @@ use serde::{Deserialize, Serialize};
     status = "TenantStatus",
     printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"GPUs","type":"string","jsonPath":".spec.quota.gpus"}"#,
+    printcolumn = r#"{"name":"Pods","type":"integer","jsonPath":".status.usage.pods"}"#,
+    printcolumn = r#"{"name":"GPUs-Used","type":"integer","jsonPath":".status.usage.gpus"}"#,
+    printcolumn = r#"{"name":"GPU-Seconds","type":"integer","jsonPath":".status.usage.gpuSeconds"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","jsonPath":".status.endpoint","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -131,19 +134,83 @@ pub struct SecretRef {
     pub name: String,
 }
 
-/// Usage figures.
+/// Usage figures, kept current by the control plane (at most one write per tenant every few
+/// seconds).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TenantUsage {
-    /// Pods running on the host.
+    /// The tenant's host pods that are not finished (phase neither `Succeeded` nor `Failed`).
     #[serde(default)]
     pub pods: i64,
-    /// GPUs in use.
+    /// GPU devices (whole GPUs, MIG devices or shared slices) requested by the tenant's running
+    /// host pods.
     #[serde(default)]
     pub gpus: i64,
-    /// GPU-seconds allocated so far.
+    /// GPU(-device)-seconds allocated so far, as the node agents metered them (never
+    /// decreases).
     #[serde(default)]
     pub gpu_seconds: i64,
+    /// Allocated GPU-seconds weighted by the GPUs' utilization so far (never decreases).
+    #[serde(default)]
+    pub gpu_seconds_utilized: i64,
+}
+
+/// The host namespace where node agents publish their GPU-second counters.
+pub const USAGE_NAMESPACE: &str = "fabrik-system";
+/// Name prefix of the per-node usage ConfigMaps (`fabrik-gpu-usage-<node>`).
+pub const USAGE_CONFIGMAP_PREFIX: &str = "fabrik-gpu-usage-";
+/// Label on the usage ConfigMaps (value: the node name).
+pub const LABEL_GPU_USAGE_NODE: &str = "fabrik.dev/gpu-usage-node";
+/// The usage ConfigMap's data key holding a JSON [`NodeGpuUsage`].
+pub const USAGE_DATA_KEY: &str = "usage.json";
+
+/// The usage ConfigMap of a node.
+pub fn usage_configmap_name(node: &str) -> String {
+    format!("{USAGE_CONFIGMAP_PREFIX}{node}")
+}
+
+/// One node's GPU-second counters as its agent publishes them (the usage ConfigMap's
+/// `usage.json`): per tenant, and per pod series for cost allocation.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeGpuUsage {
+    /// The node.
+    pub node: String,
+    /// Per tenant (`""` for pods without a tenant label): totals of its series.
+    #[serde(default)]
+    pub tenants: std::collections::BTreeMap<String, GpuSeconds>,
+    /// Per pod and partition.
+    #[serde(default)]
+    pub series: Vec<GpuSeries>,
+}
+
+/// Allocated and utilization-weighted GPU(-device)-seconds.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuSeconds {
+    /// Allocated device-seconds.
+    pub allocated: f64,
+    /// Allocated device-seconds weighted by utilization.
+    pub utilized: f64,
+}
+
+/// One pod's counters on one partition kind.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuSeries {
+    /// Tenant (`fabrik.dev/tenant`, or `""`).
+    pub tenant: String,
+    /// The tenant namespace (`fabrik.dev/namespace`, or the host pod's namespace).
+    pub namespace: String,
+    /// The host pod.
+    pub pod: String,
+    /// GPU model (`H200-141GB`).
+    pub gpu_model: String,
+    /// `whole`, `mig-<profile>` or `shared-<MiB>mib-<pct>pct`.
+    pub partition: String,
+    /// The counters.
+    #[serde(flatten)]
+    pub seconds: GpuSeconds,
 }
 
 /// The host namespace of a tenant.
@@ -166,6 +233,6 @@ mod tests {
         assert_eq!(crd.spec.scope, "Cluster");
         let v = &crd.spec.versions[0];
         assert!(v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
-        assert_eq!(v.additional_printer_columns.as_ref().map(Vec::len), Some(4));
+        assert_eq!(v.additional_printer_columns.as_ref().map(Vec::len), Some(7));
     }
 }

@@ -161,6 +161,7 @@ pub struct TenantManager {
     task: JoinHandle<()>,
     /// The shard lease loop, this replica's shards and the host, when sharded.
     sharding: Option<(JoinHandle<()>, Arc<Shards>, kube::Client)>,
+    usage_history: Arc<tenants::usage::History>,
 }
 
 impl TenantManager {
@@ -188,8 +189,18 @@ impl TenantManager {
             );
             (task, shards, config.host.clone())
         });
+        let usage_history = runtime.usage_history.clone();
         let task = tokio::spawn(tenants::manager::run(config.host, runtime, shutdown));
-        TenantManager { task, sharding }
+        TenantManager {
+            task,
+            sharding,
+            usage_history,
+        }
+    }
+
+    /// The nodes' GPU-second counters over time, for the OpenCost allocation export.
+    pub fn usage_history(&self) -> Arc<tenants::usage::History> {
+        self.usage_history.clone()
     }
 
     /// Waits (bounded) for the manager to stop its tenants after its shutdown signal; when

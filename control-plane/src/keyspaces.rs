@@ -85,6 +85,53 @@ impl StoreSpec {
     }
 }
 
+/// The store flags of `fabrik up` and `fabrik serve`.
+#[derive(clap::Args, Clone, Debug)]
+pub struct StoreArgs {
+    /// Where state lives: `sled` (under --data-dir) or `etcd://HOST:PORT[,HOST:PORT…]`. With
+    /// `fabrik serve`, replicas sharing an etcd store split the tenants by shard.
+    #[arg(long, value_name = "STORE", default_value = "sled", value_parser = StoreSpec::parse)]
+    pub store: StoreSpec,
+    /// CA certificate of the etcd servers (PEM); turns on TLS to etcd.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_ca_file: Option<PathBuf>,
+    /// Client certificate for etcd (PEM); needs --etcd-key-file.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_cert_file: Option<PathBuf>,
+    /// Private key of --etcd-cert-file (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub etcd_key_file: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// The TLS files, checked against the store: only with etcd, a certificate with its key.
+    pub fn tls(&self) -> Result<EtcdTlsFiles, Error> {
+        let tls = EtcdTlsFiles {
+            ca: self.etcd_ca_file.clone(),
+            cert: self.etcd_cert_file.clone(),
+            key: self.etcd_key_file.clone(),
+        };
+        tls.check(&self.store)?;
+        Ok(tls)
+    }
+
+    /// Opens the store: `sled` through `open_sled`, etcd by connecting to its members.
+    pub async fn open(
+        &self,
+        open_sled: impl FnOnce() -> anyhow::Result<SledBackend>,
+    ) -> anyhow::Result<Keyspaces> {
+        let tls = self.tls()?;
+        Ok(match &self.store {
+            StoreSpec::Sled => open_sled()?.into(),
+            StoreSpec::Etcd(members) => {
+                let etcd = connect_etcd(members, &tls).await?;
+                eprintln!("fabrik: store: etcd at {}", members.join(","));
+                Keyspaces::Etcd(etcd)
+            }
+        })
+    }
+}
+
 /// TLS files for the connection to etcd (`--etcd-ca-file`, `--etcd-cert-file`,
 /// `--etcd-key-file`).
 #[derive(Clone, Debug, Default)]

@@ -31,7 +31,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tokio::sync::watch;
 
 use crate::control_plane::{self, CrdPolicy, ManagerConfig, TenantManager};
-use crate::keyspaces::{self, EtcdTlsFiles, Keyspaces, StoreSpec};
+use crate::keyspaces::{Keyspaces, StoreArgs, StoreSpec};
 use crate::shards::{ShardConfig, Shards};
 
 /// How long open connections may finish after SIGTERM.
@@ -74,19 +74,9 @@ pub struct ServeArgs {
     /// sled page-cache size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = fabrik_store::DEFAULT_CACHE_BYTES / (1024 * 1024))]
     cache_mib: u64,
-    /// Where tenant keyspaces live: `sled` (under --data-dir, one replica) or
-    /// `etcd://HOST:PORT[,HOST:PORT…]` (shared: several replicas split the tenants by shard).
-    #[arg(long, value_name = "STORE", default_value = "sled", value_parser = StoreSpec::parse)]
-    store: StoreSpec,
-    /// CA certificate of the etcd servers (PEM); turns on TLS to etcd.
-    #[arg(long, value_name = "FILE")]
-    etcd_ca_file: Option<PathBuf>,
-    /// Client certificate for etcd (PEM); needs --etcd-key-file.
-    #[arg(long, value_name = "FILE")]
-    etcd_cert_file: Option<PathBuf>,
-    /// Private key of --etcd-cert-file (PEM).
-    #[arg(long, value_name = "FILE")]
-    etcd_key_file: Option<PathBuf>,
+    /// The store (`--store`, `--etcd-*-file`).
+    #[command(flatten)]
+    store: StoreArgs,
     /// This replica's id among the replicas sharing an etcd store (default: $HOSTNAME, the
     /// pod name in a Deployment).
     #[arg(long, value_name = "ID")]
@@ -320,13 +310,8 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .map(split_secret_name)
         .transpose()?;
     let oidc = args.auth.oidc()?;
-    let etcd_tls = EtcdTlsFiles {
-        ca: args.etcd_ca_file.clone(),
-        cert: args.etcd_cert_file.clone(),
-        key: args.etcd_key_file.clone(),
-    };
-    etcd_tls.check(&args.store)?;
-    let replica = match args.store {
+    args.store.tls()?;
+    let replica = match args.store.store {
         StoreSpec::Etcd(_) => Some(replica_id(args.replica_id.as_deref())?),
         StoreSpec::Sled => None,
     };
@@ -351,14 +336,16 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
     }
 
-    let backend: Keyspaces = match &args.store {
-        StoreSpec::Sled => control_plane::open_store(&dir, args.cache_mib, args.history)?.into(),
-        StoreSpec::Etcd(members) => {
-            let etcd = keyspaces::connect_etcd(members, &etcd_tls).await?;
-            eprintln!("fabrik: store: etcd at {}", members.join(","));
-            Keyspaces::Etcd(etcd)
-        }
-    };
+    let backend: Keyspaces = args
+        .store
+        .open(|| {
+            Ok(control_plane::open_store(
+                &dir,
+                args.cache_mib,
+                args.history,
+            )?)
+        })
+        .await?;
     let shards = replica.map(|replica| {
         eprintln!(
             "fabrik: replica {replica}: tenants are sharded over the replicas by the Leases in namespace {}",

@@ -37,6 +37,9 @@ pub struct UpArgs {
     /// sled page-cache size in MiB.
     #[arg(long, value_name = "MIB", default_value_t = fabrik_store::DEFAULT_CACHE_BYTES / (1024 * 1024))]
     cache_mib: u64,
+    /// The store (`--store`, `--etcd-*-file`): the host cluster and every tenant.
+    #[command(flatten)]
+    store: crate::keyspaces::StoreArgs,
     /// Simulated GPU nodes to run (kubelet stand-in + node agent each); 0 runs none and no
     /// scheduler.
     #[arg(long, value_name = "N", default_value_t = 2)]
@@ -47,6 +50,15 @@ pub struct UpArgs {
     /// GPU model of the simulated nodes.
     #[arg(long, value_enum, default_value_t = GpuModel::H200)]
     gpu_model: GpuModel,
+    /// Seconds between writes of each simulated node's GPU-usage ConfigMap (only when
+    /// changed); 0 publishes none (tenants' `status.usage.gpuSeconds` then stays 0).
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    usage_publish_interval: u64,
+    /// Price of one GPU-hour in the OpenCost allocation export (`GET /opencost/allocation`):
+    /// `MODEL=PRICE` (a model as the meter names it, e.g. `H200-141GB`) or `*=PRICE` for models
+    /// not listed; repeatable. Default: 0 (GPU-hours without cost).
+    #[arg(long = "gpu-hour-price", value_name = "MODEL=PRICE", value_parser = parse_price)]
+    gpu_hour_prices: Vec<(String, f64)>,
     /// User authentication (OIDC).
     #[command(flatten)]
     auth: crate::authn::AuthArgs,
@@ -54,6 +66,23 @@ pub struct UpArgs {
     /// (a plain host for a `fabrik serve` under test).
     #[arg(long, hide = true)]
     no_tenant_manager: bool,
+}
+
+fn parse_price(s: &str) -> Result<(String, f64), String> {
+    let (model, price) = s
+        .split_once('=')
+        .ok_or_else(|| format!("{s:?}: expected MODEL=PRICE (or *=PRICE)"))?;
+    let price: f64 = price
+        .trim()
+        .parse()
+        .map_err(|_| format!("{s:?}: the price {price:?} is not a number"))?;
+    if !price.is_finite() || price < 0.0 {
+        return Err(format!("{s:?}: a price must be a finite number >= 0"));
+    }
+    if model.trim().is_empty() {
+        return Err(format!("{s:?}: the model is empty (use * for the default)"));
+    }
+    Ok((model.trim().to_string(), price))
 }
 
 /// GPU models of simulated nodes.
@@ -96,6 +125,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         nodes: args.nodes,
         gpus_per_node: args.gpus_per_node,
         gpu_model: args.gpu_model,
+        usage_publish_interval: Duration::from_secs(args.usage_publish_interval),
     };
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&dir)
@@ -115,12 +145,20 @@ pub async fn run(args: UpArgs) -> Result<()> {
         }
     }
     eprintln!("fabrik: data directory {}", dir.display());
-    let backend = control_plane::open_store(&dir, args.cache_mib, args.history)?;
-    let host: Arc<dyn Store> = Arc::new(
-        backend
-            .keyspace("host")
-            .context("cannot open the host keyspace")?,
-    );
+    let backend = args
+        .store
+        .open(|| {
+            Ok(control_plane::open_store(
+                &dir,
+                args.cache_mib,
+                args.history,
+            )?)
+        })
+        .await?;
+    let host: Arc<dyn Store> = backend
+        .open("host")
+        .await
+        .context("cannot open the host keyspace")?;
     let bound = fabrik_apiserver::bind(args.listen).await.with_context(|| {
         format!(
             "cannot listen on {} (is another fabrik up running?)",
@@ -163,7 +201,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             ManagerConfig {
                 host: host_client.clone(),
                 router,
-                backend: backend.clone().into(),
+                backend: backend.clone(),
                 shards: None,
                 settings,
                 public_url: url.clone(),
@@ -178,6 +216,22 @@ pub async fn run(args: UpArgs) -> Result<()> {
             std::fs::write(&marker, b"")
                 .with_context(|| format!("cannot write {}", marker.display()))?;
         }
+        let mut prices = node_agent::metering::opencost::Prices::default();
+        for (model, price) in &args.gpu_hour_prices {
+            if model == "*" {
+                prices.default_per_gpu_hour = *price;
+            } else {
+                prices.per_gpu_hour.insert(model.clone(), *price);
+            }
+        }
+        cluster.server.add_route(
+            crate::tenants::usage::ALLOCATION_PATH,
+            crate::tenants::usage::allocation_route(
+                manager.usage_history(),
+                prices,
+                "fabrik".to_string(),
+            ),
+        );
         Some(manager)
     };
 
@@ -236,6 +290,7 @@ struct NodeArgs {
     nodes: u32,
     gpus_per_node: u32,
     gpu_model: GpuModel,
+    usage_publish_interval: Duration,
 }
 
 /// Starts the simulated GPU nodes and the scheduler over the in-process client (none with
@@ -255,12 +310,13 @@ fn start_nodes(
         cluster.server.clone(),
         fabrik_apiserver::client::controller_identity("node-sim"),
     );
-    let config = node_agent::sim::Config::new(
+    let mut config = node_agent::sim::Config::new(
         args.nodes,
         args.gpus_per_node,
         args.gpu_model.into(),
         dir.join("nodes"),
     );
+    config.usage_publish_interval = args.usage_publish_interval;
     let nodes = node_agent::sim::start(client, config, shutdown)
         .context("cannot start the simulated GPU nodes")?;
     eprintln!(

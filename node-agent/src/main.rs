@@ -44,6 +44,10 @@ struct Args {
     /// Serve GPU-second metrics (Prometheus text) at `http://ADDR/metrics`.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
+    /// Seconds between writes of the node's GPU-usage ConfigMap (`fabrik-gpu-usage-<node>` in
+    /// `fabrik-system`, written only when changed); 0 publishes nothing.
+    #[arg(long, value_name = "SECONDS", default_value_t = 15)]
+    usage_publish_interval: u64,
 }
 
 fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
@@ -83,7 +87,7 @@ async fn main() -> Result<()> {
     config.default_retry = false;
     let client = kube::Client::try_from(config)?;
     let mut agent = Agent::new(
-        client,
+        client.clone(),
         Config {
             node_name: args.node_name.clone(),
             state_dir: args.state_dir.clone(),
@@ -91,19 +95,43 @@ async fn main() -> Result<()> {
         },
         backend,
     )?;
-    if let Some(addr) = args.metrics_addr {
+    let publishing = args.usage_publish_interval > 0;
+    let meter = (publishing || args.metrics_addr.is_some()).then(Meter::default);
+    if let Some(meter) = &meter {
+        agent = agent.with_meter(meter.clone());
+    }
+    if let (Some(addr), Some(meter)) = (args.metrics_addr, &meter) {
         let listener = metering::http::bind(addr).await?;
         tracing::info!(%addr, "serving /metrics");
-        let meter = Meter::default();
-        agent = agent.with_meter(meter.clone());
-        tokio::spawn(metering::http::serve(listener, meter, async {
+        tokio::spawn(metering::http::serve(listener, meter.clone(), async {
             let _ = tokio::signal::ctrl_c().await;
         }));
     }
+    let publisher = match (&meter, publishing) {
+        (Some(meter), true) => {
+            let publisher = metering::publish::Publisher::new(
+                client.clone(),
+                meter.clone(),
+                vec![args.node_name.clone()],
+                metering::publish::Config {
+                    interval: Duration::from_secs(args.usage_publish_interval),
+                    ..Default::default()
+                },
+            );
+            Some(tokio::spawn(publisher.run(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })))
+        }
+        _ => None,
+    };
     agent
         .run(async {
             let _ = tokio::signal::ctrl_c().await;
         })
         .await;
+    if let Some(p) = publisher {
+        // Its last write, after the signal.
+        let _ = tokio::time::timeout(Duration::from_secs(3), p).await;
+    }
     Ok(())
 }

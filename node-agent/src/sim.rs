@@ -1,6 +1,7 @@
 //! Simulated GPU nodes for `fabrik up`: for each node, the agent's reconcilers over the
 //! simulated backend ([`crate::agent`]) and a kubelet stand-in ([`crate::kubelet`]); and one
-//! GPU-aware scheduler ([`crate::scheduler`]) for the whole embedded host. All run as tasks of
+//! GPU-aware scheduler ([`crate::scheduler`]) for the whole embedded host, and one publisher
+//! of the nodes' GPU-second counters ([`crate::metering::publish`]). All run as tasks of
 //! the calling process over the `kube::Client` it passes (in `fabrik up`, the in-process
 //! client), until its shutdown future completes.
 //!
@@ -23,7 +24,7 @@ use crate::backend::simulated::{self, Simulated};
 use crate::kubelet::logs::LogStore;
 use crate::kubelet::node::NodeShape;
 use crate::kubelet::{self, Kubelet};
-use crate::metering::Meter;
+use crate::metering::{publish, Meter};
 use crate::scheduler;
 
 /// Errors starting the simulated nodes.
@@ -99,6 +100,9 @@ pub struct Config {
     pub scheduler_interval: Duration,
     /// Simulated GPU utilization for metering (0..=1).
     pub utilization: f64,
+    /// Time between writes of the nodes' usage ConfigMaps ([`publish`]); zero publishes
+    /// nothing.
+    pub usage_publish_interval: Duration,
 }
 
 impl Config {
@@ -113,6 +117,7 @@ impl Config {
             kubelet_interval: Duration::from_millis(200),
             scheduler_interval: Duration::from_millis(200),
             utilization: 0.6,
+            usage_publish_interval: publish::DEFAULT_INTERVAL,
         }
     }
 }
@@ -225,6 +230,19 @@ pub fn start(
         tasks.push(tokio::spawn(kubelet.run(stopped())));
         tasks.push(tokio::spawn(agent.run(stopped())));
         node_names.push(name);
+    }
+    if config.nodes > 0 && !config.usage_publish_interval.is_zero() {
+        // One publisher for all nodes: each node's counters go to its own ConfigMap.
+        let publisher = publish::Publisher::new(
+            client.clone(),
+            meter.clone(),
+            node_names.clone(),
+            publish::Config {
+                interval: config.usage_publish_interval,
+                ..Default::default()
+            },
+        );
+        tasks.push(tokio::spawn(publisher.run(stopped())));
     }
     if config.nodes > 0 {
         tasks.push(tokio::spawn(scheduler::run(

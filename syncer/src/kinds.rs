@@ -23,6 +23,9 @@ pub enum Kind {
     Event,
     /// core/v1 Node (up).
     Node,
+    /// networking.k8s.io/v1 Ingress (down; status up) — an extra kind, synced for tenants that
+    /// ask for it.
+    Ingress,
 }
 
 impl Kind {
@@ -50,6 +53,24 @@ impl Kind {
         Kind::Node,
     ];
 
+    /// The kinds a Tenant may add to the synced set (`spec.sync.extraKinds`).
+    pub const EXTRA: [Kind; 1] = [Kind::Ingress];
+
+    /// The extra kind a Tenant's `spec.sync.extraKinds` entry (`<resource>.<group>`) names.
+    pub fn from_extra_name(name: &str) -> Option<Kind> {
+        Kind::EXTRA.into_iter().find(|k| k.extra_name() == name)
+    }
+
+    /// `<resource>.<group>` (`<resource>` for the core group).
+    pub fn extra_name(self) -> String {
+        let r = self.api_resource();
+        if r.group.is_empty() {
+            r.plural
+        } else {
+            format!("{}.{}", r.plural, r.group)
+        }
+    }
+
     /// The API resource of the kind.
     pub fn api_resource(self) -> ApiResource {
         let (group, kind, plural) = match self {
@@ -62,6 +83,7 @@ impl Kind {
             Kind::PersistentVolumeClaim => ("", "PersistentVolumeClaim", "persistentvolumeclaims"),
             Kind::Event => ("", "Event", "events"),
             Kind::Node => ("", "Node", "nodes"),
+            Kind::Ingress => ("networking.k8s.io", "Ingress", "ingresses"),
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
     }

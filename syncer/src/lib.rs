@@ -31,8 +31,8 @@
 //!
 //! # Not done here
 //!
-//! Proxying logs / exec / attach / port-forward and quota checks (the tenant manager); Ingresses
-//! and extra kinds from the Tenant's sync config; a TokenRequest-based service account token
+//! Proxying logs / exec / attach / port-forward and quota checks (the tenant manager); extra
+//! kinds other than Ingress ([`kinds::Kind::EXTRA`]); a TokenRequest-based service account token
 //! (tokens are copied from `kubernetes.io/service-account-token` Secrets, or left out).
 
 #![forbid(unsafe_code)]
@@ -42,6 +42,7 @@ pub mod cache;
 pub mod events;
 pub mod gpu;
 pub mod informers;
+pub mod ingresses;
 pub mod kinds;
 pub mod naming;
 pub mod nodes;
@@ -78,6 +79,8 @@ pub struct TenantSync {
     pub host_namespace: String,
     /// What the tenant may do on the host.
     pub policy: Policy,
+    /// Kinds synced besides the built-in set (from [`kinds::Kind::EXTRA`]).
+    pub extra_kinds: Vec<Kind>,
 }
 
 /// Errors of [`run`].
@@ -123,7 +126,17 @@ pub async fn run(
 
     // Tenant side: one watch per kind, feeding a cache and the queue.
     let mut tenant_caches = HashMap::new();
-    for kind in Kind::DOWN.into_iter().chain([Kind::Node]) {
+    let extra: Vec<Kind> = sync
+        .extra_kinds
+        .iter()
+        .copied()
+        .filter(|k| Kind::EXTRA.contains(k))
+        .collect();
+    for kind in Kind::DOWN
+        .into_iter()
+        .chain([Kind::Node])
+        .chain(extra.iter().copied())
+    {
         let cache = Arc::new(Cache::default());
         tenant_caches.insert(kind, cache.clone());
         let api: Api<DynamicObject> = Api::all_with(tenant.clone(), &kind.api_resource());
@@ -142,7 +155,7 @@ pub async fn run(
     // Host side: subscriptions to the shared watches.
     let mut host_caches = HashMap::new();
     let mut subscriptions = Vec::new();
-    for kind in Kind::HOST {
+    for kind in Kind::HOST.into_iter().chain(extra.iter().copied()) {
         let q = queue.clone();
         let sub = host.subscribe(
             kind,

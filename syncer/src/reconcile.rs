@@ -12,7 +12,7 @@ use crate::cache::Cache;
 use crate::kinds::Kind;
 use crate::policy::Policy;
 use crate::queue::Key;
-use crate::{events, naming, nodes, objects, pods, services};
+use crate::{events, ingresses, naming, nodes, objects, pods, services};
 
 /// Errors of one reconcile step (the step is retried).
 #[derive(Debug, thiserror::Error)]
@@ -266,6 +266,7 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         Kind::EndpointSlice => services::slice_service(obj)
             .filter(|s| selectorless_service(s))
             .map(|_| services::host_endpoint_slice(obj, t)),
+        Kind::Ingress => Some(ingresses::host_ingress(obj, t)),
         Kind::Pod | Kind::Event | Kind::Node => None,
     }
 }
@@ -300,6 +301,7 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
             let status = match kind {
                 Kind::Service => services::tenant_service_status(h),
                 Kind::PersistentVolumeClaim => objects::tenant_pvc_status(h),
+                Kind::Ingress => ingresses::tenant_ingress_status(h),
                 _ => return Ok(()),
             };
             let current = tobj.as_deref().map(|t| &t["status"]);

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use k8s_openapi::api::networking::v1::Ingress;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::json;
 use syncer::{HostInformers, Policy, TenantSync};
@@ -55,6 +56,7 @@ fn start_syncer(
             node_selector: [("fabrik.dev/pool".to_string(), tenant.to_string())].into(),
             ..Default::default()
         },
+        extra_kinds: vec![syncer::kinds::Kind::Ingress],
     };
     let handle = tokio::spawn(async move {
         let _ = syncer::run(sync, client, host, async {
@@ -174,6 +176,47 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
     assert_eq!(selector["fabrik.dev/tenant"], "a");
     assert_eq!(selector["fabrik.dev/namespace"], "default");
 
+    // An Ingress (an extra kind both syncers were given): references rewritten, annotations
+    // kept off the host, the host's load balancer status back in the tenant.
+    let ingresses: Api<Ingress> = Api::namespaced(a.clone(), "default");
+    create(
+        &ingresses,
+        json!({"metadata": {"name": "web", "annotations": {
+                "nginx.ingress.kubernetes.io/configuration-snippet": "more_set_headers x"}},
+            "spec": {"rules": [{"host": "web.a.example", "http": {"paths": [{"path": "/",
+                "pathType": "Prefix", "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}],
+                "tls": [{"hosts": ["web.a.example"], "secretName": "sec"}]}}),
+    )
+    .await?;
+    let host_ingresses: Api<Ingress> = Api::namespaced(host.clone(), "fabrik-a");
+    let hi = eventually("host ingress", || async {
+        host_ingresses.get_opt("web-x-default-x-a").await.ok()?
+    })
+    .await?;
+    let spec = serde_json::to_value(&hi.spec)?;
+    assert_eq!(
+        spec["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
+        "web-x-default-x-a"
+    );
+    assert_eq!(spec["tls"][0]["secretName"], "sec-x-default-x-a");
+    assert!(!hi
+        .annotations()
+        .keys()
+        .any(|k| k.starts_with("nginx.ingress")));
+    host_ingresses
+        .patch_status(
+            "web-x-default-x-a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}})),
+        )
+        .await?;
+    eventually("tenant ingress status", || async {
+        let i = ingresses.get("web").await.ok()?;
+        let v = serde_json::to_value(&i.status).ok()?;
+        (v["loadBalancer"]["ingress"][0]["ip"] == "192.0.2.10").then_some(())
+    })
+    .await?;
+
     // Nothing of A anywhere else on the host, nor in B.
     let all_pods: Api<Pod> = Api::all(host.clone());
     for p in all_pods.list(&ListParams::default()).await?.items {
@@ -221,7 +264,8 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
     })
     .await?;
     assert_eq!(host_pods.list(&ListParams::default()).await?.items.len(), 2);
-    assert_eq!(informers.watch_count(), 9);
+    // One host watch per kind (nine built in, plus Ingress), however many tenants.
+    assert_eq!(informers.watch_count(), 10);
 
     // Deleting in the tenant removes the host objects.
     deployments.delete("web", &DeleteParams::default()).await?;

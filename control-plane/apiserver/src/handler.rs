@@ -507,6 +507,19 @@ impl ApiServer {
                 reply.content_type = "application/jwk-set+json";
                 Ok(reply)
             }
+            Route::Extension(path) => {
+                let route = self
+                    .routes
+                    .read()
+                    .ok()
+                    .and_then(|r| r.get(&path).cloned())
+                    .ok_or(ApiError::NoRoute)?;
+                if req.method() != http::Method::GET {
+                    return Err(ApiError::MethodNotAllowed);
+                }
+                let query = Query::parse(req.uri().query());
+                Ok(Reply::json(StatusCode::OK, &route(&query.0)?))
+            }
             Route::Resource(_) => Err(ApiError::NoRoute),
         }
     }

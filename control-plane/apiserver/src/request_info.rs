@@ -90,6 +90,9 @@ pub enum Route {
     OidcDiscovery,
     /// `/openid/v1/jwks`: the service-account signing keys.
     Jwks,
+    /// Any other path outside `/api` and `/apis`: served when the embedder registered a route
+    /// for it ([`crate::server::ApiServer::add_route`]), else 404. The path, trailing `/` cut.
+    Extension(String),
     /// A resource request.
     Resource(ResourceRequest),
 }
@@ -152,7 +155,8 @@ pub fn parse(method: &http::Method, path: &str, watch_param: bool) -> Result<Rou
     let (group, version, rest) = match parts.as_slice() {
         ["api", v, rest @ ..] => (String::new(), v.to_string(), rest),
         ["apis", g, v, rest @ ..] => (g.to_string(), v.to_string(), rest),
-        _ => return Err(ApiError::NoRoute),
+        ["api" | "apis", ..] => return Err(ApiError::NoRoute),
+        _ => return Ok(Route::Extension(trimmed.to_string())),
     };
     // Legacy watch paths (`/api/v1/watch/...`) are deprecated upstream; treat like `?watch=1`.
     let (rest, watch_prefix) = match rest {

@@ -84,6 +84,14 @@ impl Default for Settings {
 /// Produces Prometheus text for `/metrics`.
 pub type MetricsSource = Arc<dyn Fn() -> String + Send + Sync>;
 
+/// Answers `GET` of a path the embedder serves beside the API (see [`ApiServer::add_route`]):
+/// given the query parameters, a JSON document or an error (sent as a `Status`).
+pub type ExtensionRoute = Arc<
+    dyn Fn(&std::collections::HashMap<String, String>) -> Result<Value, crate::error::ApiError>
+        + Send
+        + Sync,
+>;
+
 /// One cluster's API server: the registry plus what serving needs.
 pub struct ApiServer {
     pub(crate) registry: Arc<Registry>,
@@ -94,6 +102,7 @@ pub struct ApiServer {
     pub(crate) authz: crate::rbac::Authorizer,
     pub(crate) pod_streams: std::sync::RwLock<Option<Arc<dyn crate::pod_streams::PodStreams>>>,
     pub(crate) metrics_sources: std::sync::RwLock<Vec<MetricsSource>>,
+    pub(crate) routes: std::sync::RwLock<std::collections::HashMap<String, ExtensionRoute>>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -118,6 +127,7 @@ impl ApiServer {
             authz,
             pod_streams: std::sync::RwLock::new(None),
             metrics_sources: std::sync::RwLock::new(Vec::new()),
+            routes: std::sync::RwLock::new(std::collections::HashMap::new()),
             shutdown,
         }))
     }
@@ -127,6 +137,14 @@ impl ApiServer {
     pub fn add_metrics_source(&self, source: MetricsSource) {
         if let Ok(mut s) = self.metrics_sources.write() {
             s.push(source);
+        }
+    }
+
+    /// Serves `GET path` (outside `/api` and `/apis`, e.g. `/opencost/allocation`) with
+    /// `route`. Authorized like any non-resource URL: RBAC `nonResourceURLs` with verb `get`.
+    pub fn add_route(&self, path: &str, route: ExtensionRoute) {
+        if let Ok(mut r) = self.routes.write() {
+            r.insert(path.trim_end_matches('/').to_string(), route);
         }
     }
 

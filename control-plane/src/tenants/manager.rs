@@ -99,6 +99,8 @@ pub struct Runtime {
     shards: std::sync::OnceLock<Arc<Shards>>,
     /// Each running tenant's quota, enforced at its admission (updated as the spec changes).
     quotas: std::sync::Mutex<HashMap<String, Arc<ClusterQuota>>>,
+    /// The nodes' GPU-second counters over time (for the OpenCost allocation export).
+    pub usage_history: Arc<super::usage::History>,
 }
 
 impl Runtime {
@@ -124,6 +126,7 @@ impl Runtime {
             running: Mutex::new(HashMap::new()),
             shards: std::sync::OnceLock::new(),
             quotas: std::sync::Mutex::new(HashMap::new()),
+            usage_history: Arc::new(super::usage::History::default()),
         })
     }
 
@@ -198,6 +201,49 @@ fn ready_condition(
         message: message.into(),
         last_transition_time: Time(k8s_openapi::jiff::Timestamp::now()),
         observed_generation: generation,
+    }
+}
+
+/// The extra kinds a Tenant asks to sync: those the syncer knows, and the names it does not.
+fn extra_kinds(tenant: &Tenant) -> (Vec<syncer::kinds::Kind>, Vec<String>) {
+    let mut known = Vec::new();
+    let mut unknown = Vec::new();
+    for name in tenant.spec.sync.iter().flat_map(|s| s.extra_kinds.iter()) {
+        match syncer::kinds::Kind::from_extra_name(name) {
+            Some(k) => known.push(k),
+            None => unknown.push(name.clone()),
+        }
+    }
+    (known, unknown)
+}
+
+/// `SyncConfigured`: whether every extra kind of `spec.sync` is one the syncer can sync.
+fn sync_condition(tenant: &Tenant) -> Condition {
+    let (_, unknown) = extra_kinds(tenant);
+    let supported: Vec<String> = syncer::kinds::Kind::EXTRA
+        .iter()
+        .map(|k| k.extra_name())
+        .collect();
+    let (ok, reason, message) = if unknown.is_empty() {
+        (
+            true,
+            "Configured",
+            "every kind asked for is synced".to_string(),
+        )
+    } else {
+        (
+            false,
+            "UnsupportedKind",
+            format!(
+                "spec.sync.extraKinds names kinds the syncer cannot copy safely and leaves alone: {}; supported: {}",
+                unknown.join(", "),
+                supported.join(", ")
+            ),
+        )
+    };
+    Condition {
+        type_: "SyncConfigured".into(),
+        ..ready_condition(ok, reason, &message, tenant.metadata.generation)
     }
 }
 
@@ -493,6 +539,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
                 tenant: name.clone(),
                 host_namespace: ns.clone(),
                 policy,
+                extra_kinds: extra_kinds(&tenant).0,
             };
             let tenant_client = fabrik_apiserver::client::in_process_client(
                 cluster.server.clone(),
@@ -610,13 +657,17 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             namespace: ns,
             name: KUBECONFIG_SECRET.into(),
         }),
-        conditions: vec![ready_condition(
-            true,
-            "Serving",
-            "the tenant API server is serving",
-            tenant.metadata.generation,
-        )],
-        usage: tenant.status.as_ref().and_then(|s| s.usage.clone()),
+        conditions: vec![
+            ready_condition(
+                true,
+                "Serving",
+                "the tenant API server is serving",
+                tenant.metadata.generation,
+            ),
+            sync_condition(&tenant),
+        ],
+        // Left out of the merge patch: `usage` is the usage reporter's (tenants::usage).
+        usage: None,
         observed_generation: tenant.metadata.generation,
     };
     let unchanged = tenant.status.as_ref().is_some_and(|s| {
@@ -733,13 +784,28 @@ pub async fn run(
         host: host.clone(),
         rt: rt.clone(),
     });
-    let api: Api<Tenant> = Api::all(host);
+    let api: Api<Tenant> = Api::all(host.clone());
     // The controller wants a Sync future; relay the signal through a channel.
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let (usage_tx, usage_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
         shutdown.await;
         let _ = tx.send(());
+        let _ = usage_tx.send(());
     });
+    // Tenants' status.usage, from shared host watches; with shards, only the tenants run here.
+    let owner = rt.clone();
+    let owns: Arc<dyn Fn(&Tenant) -> bool + Send + Sync> =
+        Arc::new(move |t: &Tenant| owner.shards.get().is_none_or(|s| s.owns(t)));
+    let usage = tokio::spawn(super::usage::run(
+        host,
+        owns,
+        rt.usage_history.clone(),
+        super::usage::Settings::default(),
+        async move {
+            let _ = usage_rx.await;
+        },
+    ));
     // Every tenant is looked at again when this replica's shards change.
     let resync = rt.shards.get().map(|s| s.changes());
     Controller::new(api, watcher::Config::default())
@@ -750,6 +816,7 @@ pub async fn run(
         .run(reconcile, error_policy, ctx)
         .for_each(|_| futures::future::ready(()))
         .await;
+    usage.abort();
     rt.shutdown().await;
 }
 

@@ -1,4 +1,6 @@
-//! Tenants: the manager that runs them inside the control plane, and the `fabrik tenant` CLI.
+//! Tenants: the manager that runs them inside the control plane, their usage reporting, and the
+//! `fabrik tenant` CLI.
 
 pub mod cli;
 pub mod manager;
+pub mod usage;

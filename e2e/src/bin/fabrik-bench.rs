@@ -49,6 +49,13 @@ struct Args {
     /// Also write the markdown table to this file.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// The store of the `fabrik up` measured (`sled`, or `etcd://HOST:PORT`).
+    #[arg(long, default_value = "sled")]
+    store: String,
+    /// Run the plan twice in one run, on sled and on an etcd member started here, and print
+    /// both side by side with the ratio etcd / sled.
+    #[arg(long, conflicts_with = "store")]
+    compare_etcd: bool,
 }
 
 /// How much each phase does.
@@ -115,16 +122,18 @@ impl Plan {
 /// A `fabrik up` child process with its own temporary data directory.
 struct Server {
     bin: PathBuf,
+    store: String,
     dir: tempfile::TempDir,
     child: Option<Child>,
 }
 
 impl Server {
     /// Starts a fresh server; returns it and the time from spawn to kubeconfig.
-    fn start(bin: &Path) -> Result<(Server, Duration)> {
+    fn start(bin: &Path, store: &str) -> Result<(Server, Duration)> {
         let dir = tempfile::tempdir().context("creating the temporary data directory")?;
         let mut server = Server {
             bin: bin.to_path_buf(),
+            store: store.to_string(),
             dir,
             child: None,
         };
@@ -169,6 +178,8 @@ impl Server {
             // The API server's figures: no simulated nodes scheduling the benchmark's pods.
             .arg("--nodes")
             .arg("0")
+            .arg("--store")
+            .arg(&self.store)
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -478,6 +489,38 @@ impl Report {
         }
         out
     }
+}
+
+/// The first token of `text` that is a number (`p50 631 ms` → 631; thousands commas dropped).
+fn first_number(text: &str) -> Option<f64> {
+    text.split_whitespace().find_map(|t| {
+        t.trim_end_matches([',', ';'])
+            .replace(',', "")
+            .parse::<f64>()
+            .ok()
+    })
+}
+
+/// Two reports of the same plan side by side, with the ratio of their first figures.
+fn compare(sled: &Report, etcd: &Report) -> String {
+    let mut out = String::from(
+        "| measurement | sled | etcd | etcd / sled (first figure) |\n| --- | --- | --- | --- |\n",
+    );
+    for r in &sled.rows {
+        let other = etcd.rows.iter().find(|o| o.what == r.what);
+        let ratio = other
+            .and_then(|o| Some((first_number(&r.result)?, first_number(&o.result)?)))
+            .filter(|(a, _)| *a > 0.0)
+            .map(|(a, b)| format!("{:.2}", b / a))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "| {} | {} | {} | {ratio} |\n",
+            r.what,
+            r.result,
+            other.map(|o| o.result.as_str()).unwrap_or("(not reached)")
+        ));
+    }
+    out
 }
 
 /// Counts and bytes of everything created, for the RSS comparison.
@@ -883,7 +926,7 @@ async fn clients(server: &Server, n: usize) -> Result<Vec<Client>> {
     Ok(out)
 }
 
-async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
+async fn run(args: &Args, store: &str, plan: &Plan, report: &mut Report) -> Result<()> {
     let bin = match &args.fabrik {
         Some(b) => b.clone(),
         None => std::env::current_exe()?
@@ -899,7 +942,7 @@ async fn run(args: &Args, plan: &Plan, report: &mut Report) -> Result<()> {
     }
     let stored = Arc::new(Stored::default());
 
-    let (mut server, ready) = Server::start(&bin)?;
+    let (mut server, ready) = Server::start(&bin, store)?;
     report.add(
         "start to ready, empty data dir",
         format!("{:.0} ms", ms(ready)),
@@ -1036,8 +1079,32 @@ async fn main() -> Result<()> {
         loadavg()
     );
     let started = Instant::now();
+    let mode = if args.quick { "quick" } else { "full" };
+    if args.compare_etcd {
+        let etcd = e2e::etcd::Etcd::start()?;
+        let mut sled = Report::default();
+        eprintln!("== on sled");
+        run(&args, "sled", &plan, &mut sled).await?;
+        let mut on_etcd = Report::default();
+        eprintln!("== on etcd");
+        let outcome = run(&args, &etcd.store_flag(), &plan, &mut on_etcd).await;
+        let mut table = compare(&sled, &on_etcd);
+        table.push_str(&format!(
+            "\n{mode} mode, {cores} cores, {:.0} s in all, load average at the end {}\n",
+            started.elapsed().as_secs_f64(),
+            loadavg()
+        ));
+        println!("{table}");
+        if let Some(path) = &args.out {
+            std::fs::write(path, &table).with_context(|| format!("writing {}", path.display()))?;
+        }
+        if outcome.is_err() {
+            eprintln!("etcd log:\n{}", etcd.log());
+        }
+        return outcome;
+    }
     let mut report = Report::default();
-    let outcome = run(&args, &plan, &mut report).await;
+    let outcome = run(&args, &args.store, &plan, &mut report).await;
     let mut table = report.markdown();
     table.push_str(&format!(
         "\n{} mode, {cores} cores, {:.0} s in all, load average at the end {}\n",

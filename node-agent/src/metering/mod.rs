@@ -14,10 +14,12 @@
 //!
 //! Read out as Prometheus text ([`Meter::metrics_text`]), per tenant
 //! ([`Meter::usage_by_tenant`]), or as an OpenCost `/allocation` response over a window
-//! between two [`Snapshot`]s ([`opencost`]).
+//! between two [`Snapshot`]s ([`opencost`]). [`publish`] writes each node's counters to the
+//! host as a ConfigMap, which the control plane sums into `Tenant.status.usage`.
 
 pub mod http;
 pub mod opencost;
+pub mod publish;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
@@ -197,6 +199,8 @@ struct State {
     last: BTreeMap<String, (Duration, BTreeMap<Key, f64>)>,
     /// Per series: allocated and utilized seconds.
     totals: BTreeMap<Key, (f64, f64)>,
+    /// Per series: the source (node) that saw it last.
+    origin: BTreeMap<Key, String>,
 }
 
 /// GPU-second counters, shared by whoever observes and whoever serves `/metrics`.
@@ -255,6 +259,7 @@ impl Meter {
             }
             for u in &now_running {
                 s.totals.entry(u.key.clone()).or_insert((0.0, 0.0));
+                s.origin.insert(u.key.clone(), source.to_string());
             }
             s.last.insert(source.to_string(), (now, seen));
         });
@@ -270,6 +275,34 @@ impl Meter {
         Snapshot {
             totals: self.with(|s| s.totals.clone()),
         }
+    }
+
+    /// The counters of the series `source` saw last (a node's share of a meter that several
+    /// simulated nodes feed).
+    pub fn snapshot_of(&self, source: &str) -> Snapshot {
+        self.with(|s| Snapshot {
+            totals: s
+                .totals
+                .iter()
+                .filter(|(k, _)| s.origin.get(*k).is_some_and(|o| o == source))
+                .map(|(k, v)| (k.clone(), *v))
+                .collect(),
+        })
+    }
+
+    /// Adds `counters` (e.g. what an earlier run of this node published) to the counters,
+    /// attributed to `source`: counters then continue from where that run left them.
+    pub fn restore(&self, source: &str, counters: &Snapshot) {
+        self.with(|s| {
+            for (k, (allocated, utilized)) in &counters.totals {
+                let t = s.totals.entry(k.clone()).or_insert((0.0, 0.0));
+                t.0 += allocated;
+                t.1 += utilized;
+                s.origin
+                    .entry(k.clone())
+                    .or_insert_with(|| source.to_string());
+            }
+        });
     }
 
     /// Per tenant (`""` for pods without a tenant label): the counters summed over its

@@ -219,6 +219,7 @@ macro_rules! all_cases {
                 compare_and_swap,
                 concurrent_cas_increments_lose_nothing,
                 list_prefix_pagination,
+                large_lists_come_back_whole,
                 list_at_older_revision_while_writing,
                 watch_from_mid_stream_is_exactly_once_in_order,
                 watch_follows_live_changes,

@@ -177,6 +177,12 @@ pub(crate) fn is_compacted(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains(COMPACTED_MESSAGE))
 }
 
+/// Whether `error` is the client refusing a response over its message size limit (4 MiB).
+pub(crate) fn is_too_large(error: &etcd_client::Error) -> bool {
+    matches!(error, etcd_client::Error::GRpcStatus(status)
+        if status.message().contains("message length too large"))
+}
+
 /// Whether `error` is etcd's "required revision is a future revision".
 pub(crate) fn is_future_revision(error: &etcd_client::Error) -> bool {
     matches!(error, etcd_client::Error::GRpcStatus(status) if status.message().contains(FUTURE_MESSAGE))

@@ -126,12 +126,15 @@ impl Keyspace {
             .transpose()
     }
 
-    /// One etcd range for `opts`; see [`Store::list`].
+    /// A list as etcd ranges of at most [`RANGE_PAGE`] keys at one revision (the first range's,
+    /// unless `opts` names one); see [`Store::list`]. Paging keeps every gRPC response under the
+    /// client's 4 MiB message limit whatever the list's size: a page that is still too large
+    /// (big objects) is asked for again at half the size.
     async fn list(&self, opts: &ListOptions) -> Result<ListResult> {
         self.check_live()?;
         let prefix = format!("{}{}", self.keys.data, opts.prefix);
         let end = layout::prefix_end(prefix.as_bytes());
-        let start = match opts.start_after.as_deref() {
+        let mut start = match opts.start_after.as_deref() {
             // Strictly after `after`: the smallest key greater than it.
             Some(after) if after >= opts.prefix.as_str() => {
                 let mut start = self.keys.data_key(after).into_bytes();
@@ -140,42 +143,68 @@ impl Keyspace {
             }
             _ => prefix.into_bytes(),
         };
-        let mut options = GetOptions::new().with_range(end);
-        match opts.limit {
-            Some(0) => options = options.with_count_only(),
-            Some(limit) => options = options.with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
-            None => {}
-        }
-        if let Some(rev) = opts.revision {
-            options = options.with_revision(layout::etcd_revision(rev));
-        }
-        let outcome = client::retry(self.shared.retry_timeout, "range", |_| {
-            let mut client = self.shared.client();
-            let (start, options) = (start.clone(), options.clone());
-            async move { client.get(start, Some(options)).await }
-        })
-        .await;
-        let response = match outcome {
-            Ok(response) => response,
-            Err(StoreError::Etcd { op, source }) => {
-                return Err(self.revision_error(op, *source, opts.revision).await)
+        let want = opts.limit.unwrap_or(usize::MAX);
+        let mut page = RANGE_PAGE;
+        let mut etcd_revision = opts.revision.map(layout::etcd_revision);
+        let mut items = Vec::new();
+        // Keys in the range from the first start on, as the first range counted them.
+        let mut total: Option<u64> = None;
+        loop {
+            let mut options = GetOptions::new().with_range(end.clone());
+            if want == 0 {
+                options = options.with_count_only();
+            } else {
+                let left = want - items.len();
+                options = options.with_limit(i64::try_from(left.min(page)).unwrap_or(i64::MAX));
             }
-            Err(other) => return Err(other),
+            if let Some(rev) = etcd_revision {
+                options = options.with_revision(rev);
+            }
+            let outcome = client::retry(self.shared.retry_timeout, "range", |_| {
+                let mut client = self.shared.client();
+                let (start, options) = (start.clone(), options.clone());
+                async move { client.get(start, Some(options)).await }
+            })
+            .await;
+            let response = match outcome {
+                Ok(response) => response,
+                Err(StoreError::Etcd { source, .. })
+                    if client::is_too_large(&source) && page > 1 =>
+                {
+                    page /= 2;
+                    continue;
+                }
+                Err(StoreError::Etcd { op, source }) => {
+                    return Err(self.revision_error(op, *source, opts.revision).await)
+                }
+                Err(other) => return Err(other),
+            };
+            let header = response
+                .header()
+                .map(|h| h.revision())
+                .ok_or_else(|| missing_header("range"))?;
+            etcd_revision.get_or_insert(header);
+            total.get_or_insert(u64::try_from(response.count()).unwrap_or(0));
+            for kv in response.kvs() {
+                items.push(self.key_value(kv)?);
+            }
+            let done = want == 0 || items.len() >= want || !response.more();
+            match response.kvs().last() {
+                Some(last) if !done => {
+                    start = last.key().to_vec();
+                    start.push(0);
+                }
+                _ => break,
+            }
+        }
+        let revision = match opts.revision {
+            Some(r) => r,
+            None => layout::revision(etcd_revision.unwrap_or_default()),
         };
-        let current = response
-            .header()
-            .map(|h| layout::revision(h.revision()))
-            .ok_or_else(|| missing_header("range"))?;
-        let items = response
-            .kvs()
-            .iter()
-            .map(|kv| self.key_value(kv))
-            .collect::<Result<Vec<_>>>()?;
-        let count = u64::try_from(response.count()).unwrap_or(0);
         Ok(ListResult {
-            remaining: count.saturating_sub(items.len() as u64),
+            remaining: total.unwrap_or(0).saturating_sub(items.len() as u64),
             items,
-            revision: opts.revision.unwrap_or(current),
+            revision,
         })
     }
 
@@ -210,6 +239,9 @@ impl Keyspace {
         etcd_error(op, error)
     }
 }
+
+/// Keys asked for per etcd range of a list.
+const RANGE_PAGE: usize = 500;
 
 /// A handle on one keyspace of an [`EtcdBackend`](crate::EtcdBackend). Cheap to clone.
 #[derive(Clone, Debug)]
