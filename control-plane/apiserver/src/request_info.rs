@@ -293,8 +293,13 @@ mod tests {
             parse(&Method::PUT, "/api/v1/pods", false),
             Err(ApiError::MethodNotAllowed)
         ));
+        // Paths outside /api and /apis are the embedder's (404 unless it registered them).
+        assert_eq!(
+            parse(&Method::GET, "/opencost/allocation/", false).ok(),
+            Some(Route::Extension("/opencost/allocation".into()))
+        );
         assert!(matches!(
-            parse(&Method::GET, "/nothing", false),
+            parse(&Method::GET, "/apis/g/v/ns/too/many/parts/here/x", false),
             Err(ApiError::NoRoute)
         ));
     }
