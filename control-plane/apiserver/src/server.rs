@@ -73,7 +73,7 @@ pub struct Settings {
 impl Default for Settings {
     fn default() -> Self {
         Settings {
-            bookmark_interval: Duration::from_secs(5),
+            bookmark_interval: Duration::from_secs(60),
             max_watch: Duration::from_secs(1800),
             server_address: String::new(),
             auth: crate::auth::AuthSettings::default(),
