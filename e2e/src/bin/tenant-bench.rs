@@ -171,11 +171,12 @@ async fn main() -> Result<()> {
                 &Tenant::new(&name, TenantSpec::default()),
             )
             .await?;
-        let ready = kube::runtime::wait::await_condition(tenants.clone(), &name, |t: Option<&Tenant>| {
-            t.and_then(|t| t.status.as_ref())
-                .and_then(|s| s.phase.as_deref())
-                == Some("Ready")
-        });
+        let ready =
+            kube::runtime::wait::await_condition(tenants.clone(), &name, |t: Option<&Tenant>| {
+                t.and_then(|t| t.status.as_ref())
+                    .and_then(|s| s.phase.as_deref())
+                    == Some("Ready")
+            });
         tokio::time::timeout(Duration::from_secs(60), ready)
             .await
             .with_context(|| format!("tenant {name} not Ready within 60 s"))??;
@@ -194,7 +195,10 @@ async fn main() -> Result<()> {
         percentile(&one, 0.99),
         one.last().copied().unwrap_or(0.0)
     );
-    println!("| server CPU, {} tenants idle (10 s) | {idle_cpu:.1} % of one core |", n + 1);
+    println!(
+        "| server CPU, {} tenants idle (10 s) | {idle_cpu:.1} % of one core |",
+        n + 1
+    );
     println!("| RSS | {rss_before:.1} MiB with the demo tenant → {rss_after:.1} MiB with {} tenants: {:.2} MiB per idle tenant |", n + 1, (rss_after - rss_before) / n as f64);
     let _ = Command::new("kill")
         .arg("-TERM")
