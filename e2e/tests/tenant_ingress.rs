@@ -154,3 +154,125 @@ fn ingresses_sync_when_asked_and_unknown_kinds_are_reported() -> Result<()> {
         Ok(out.status.success() && out.stdout.is_empty())
     })
 }
+
+/// A spec change applies to a running tenant: extra kinds asked for later are synced from
+/// then on, and a privilege granted later is admitted (the syncer restarts with the new
+/// policy).
+#[test]
+fn extra_kinds_and_policy_follow_spec_changes() -> Result<()> {
+    let f = Fabrik::start_with(&["--nodes", "0"])?;
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.kubeconfig();
+    let dir = tempfile::tempdir()?;
+    let tenant = dir.path().join("tenant.yaml");
+    std::fs::write(
+        &tenant,
+        "apiVersion: fabrik.dev/v1alpha1\nkind: Tenant\nmetadata: {name: late}\nspec: {}\n",
+    )?;
+    ok(kc(
+        &k,
+        &host,
+        &["apply", "-f", &tenant.display().to_string()],
+    )?)?;
+    ok(kc(
+        &k,
+        &host,
+        &[
+            "wait",
+            "tenant/late",
+            "--for=jsonpath={.status.phase}=Ready",
+            "--timeout=60s",
+        ],
+    )?)?;
+    let cfg = dir.path().join("late.kubeconfig");
+    let printed = f.fabrik_cli(&["tenant", "kubeconfig", "late"])?;
+    if !printed.status.success() {
+        bail!(
+            "fabrik tenant kubeconfig: {}",
+            String::from_utf8_lossy(&printed.stderr)
+        );
+    }
+    std::fs::write(&cfg, &printed.stdout)?;
+
+    // Before: a privileged pod is refused, and an Ingress stays in the tenant.
+    let pod = dir.path().join("pod.yaml");
+    std::fs::write(
+        &pod,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: priv}\nspec:\n  containers:\n  - name: c\n    image: busybox\n    securityContext: {privileged: true}\n",
+    )?;
+    let refused = kc(&k, &cfg, &["apply", "-f", &pod.display().to_string()])?;
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("privileged"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let ingress = dir.path().join("ingress.yaml");
+    std::fs::write(&ingress, INGRESS)?;
+    ok(kc(
+        &k,
+        &cfg,
+        &["apply", "-f", &ingress.display().to_string()],
+    )?)?;
+    let host_ingress = || {
+        kc(
+            &k,
+            &host,
+            &[
+                "get",
+                "ingress",
+                "-n",
+                "fabrik-late",
+                "shop-x-default-x-late",
+            ],
+        )
+        .map(|o| o.status.success())
+    };
+    // A ConfigMap created after the Ingress reaching the host shows the syncer has caught up;
+    // the Ingress must not be there.
+    ok(kc(
+        &k,
+        &cfg,
+        &["create", "configmap", "marker", "--from-literal=a=b"],
+    )?)?;
+    poll("the marker ConfigMap on the host", || {
+        Ok(kc(
+            &k,
+            &host,
+            &[
+                "get",
+                "configmap",
+                "-n",
+                "fabrik-late",
+                "marker-x-default-x-late",
+            ],
+        )?
+        .status
+        .success())
+    })?;
+    assert!(
+        !host_ingress()?,
+        "an Ingress was synced without being asked for"
+    );
+
+    // After: both follow the spec.
+    ok(kc(
+        &k,
+        &host,
+        &[
+            "patch",
+            "tenant",
+            "late",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"sync":{"extraKinds":["ingresses.networking.k8s.io"]},"isolation":{"allow":["privileged"]}}}"#,
+        ],
+    )?)?;
+    poll("the host Ingress after the spec change", host_ingress)?;
+    poll("the privileged pod admitted after the spec change", || {
+        Ok(kc(&k, &cfg, &["apply", "-f", &pod.display().to_string()])?
+            .status
+            .success())
+    })?;
+    Ok(())
+}

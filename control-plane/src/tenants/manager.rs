@@ -99,6 +99,10 @@ pub struct Runtime {
     shards: std::sync::OnceLock<Arc<Shards>>,
     /// Each running tenant's quota, enforced at its admission (updated as the spec changes).
     quotas: std::sync::Mutex<HashMap<String, Arc<ClusterQuota>>>,
+    /// Each running tenant's syncer.
+    syncers: Mutex<HashMap<String, SyncerRun>>,
+    /// The pod policy of each tenant this replica follows (serves without running it).
+    followed_policies: Mutex<HashMap<String, Arc<SyncerAdmission>>>,
     /// The nodes' GPU-second counters over time (for the OpenCost allocation export).
     pub usage_history: Arc<super::usage::History>,
 }
@@ -126,6 +130,8 @@ impl Runtime {
             running: Mutex::new(HashMap::new()),
             shards: std::sync::OnceLock::new(),
             quotas: std::sync::Mutex::new(HashMap::new()),
+            syncers: Mutex::new(HashMap::new()),
+            followed_policies: Mutex::new(HashMap::new()),
             usage_history: Arc::new(super::usage::History::default()),
         })
     }
@@ -388,7 +394,39 @@ fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_q
 /// The syncer's pod policy as an admission plugin of the tenant's API server: refused pods
 /// fail at `kubectl apply` with the reason, instead of never starting on the host.
 struct SyncerAdmission {
+    policy: std::sync::RwLock<syncer::Policy>,
+}
+
+impl SyncerAdmission {
+    fn new(policy: syncer::Policy) -> SyncerAdmission {
+        SyncerAdmission {
+            policy: std::sync::RwLock::new(policy),
+        }
+    }
+
+    fn policy(&self) -> syncer::Policy {
+        match self.policy.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    fn set(&self, policy: syncer::Policy) {
+        match self.policy.write() {
+            Ok(mut p) => *p = policy,
+            Err(poisoned) => *poisoned.into_inner() = policy,
+        }
+    }
+}
+
+/// A running tenant's syncer and what it was started with, so that a spec change restarts it.
+struct SyncerRun {
     policy: syncer::Policy,
+    kinds: Vec<syncer::kinds::Kind>,
+    admission: Arc<SyncerAdmission>,
+    /// Dropping (or sending) stops the syncer.
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 #[async_trait::async_trait]
@@ -406,11 +444,12 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
         if !req.is_core("pods") || req.subresource.is_some() {
             return Ok(fabrik_apiserver::admission::Verdict::ok());
         }
+        let policy = self.policy();
         let checked = match (req.op, old) {
             (fabrik_apiserver::admission::Operation::Update, Some(old)) => {
-                syncer::check_pod_update(old, obj, &self.policy)
+                syncer::check_pod_update(old, obj, &policy)
             }
-            _ => syncer::check_pod(obj, &self.policy),
+            _ => syncer::check_pod(obj, &policy),
         };
         checked
             .map(|()| fabrik_apiserver::admission::Verdict::ok())
@@ -422,6 +461,80 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
                 ))
             })
     }
+}
+
+/// Starts the tenant's syncer; it stops with the tenant's API server or when the returned
+/// run's `stop` is dropped.
+fn start_syncer(
+    rt: &Runtime,
+    name: &str,
+    server: Arc<fabrik_apiserver::server::ApiServer>,
+    admission: Arc<SyncerAdmission>,
+    policy: syncer::Policy,
+    kinds: Vec<syncer::kinds::Kind>,
+) -> SyncerRun {
+    let sync = syncer::TenantSync {
+        tenant: name.to_string(),
+        host_namespace: host_namespace(name),
+        policy: policy.clone(),
+        extra_kinds: kinds.clone(),
+    };
+    let server_stop = server.shutdown_signal();
+    let tenant_client = fabrik_apiserver::client::in_process_client(
+        server,
+        fabrik_apiserver::client::controller_identity("syncer"),
+    );
+    let informers = rt.informers.clone();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let tname = name.to_string();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            tokio::select! {
+                _ = server_stop => {}
+                _ = stopped => {}
+            }
+        };
+        if let Err(e) = syncer::run(sync, tenant_client, informers, shutdown).await {
+            tracing::error!(tenant = %tname, error = %e, "syncer stopped");
+        }
+    });
+    SyncerRun {
+        policy,
+        kinds,
+        admission,
+        stop,
+        task,
+    }
+}
+
+/// Restarts the tenant's syncer (and updates its pod policy) when the spec asks for another
+/// policy or other extra kinds than it runs with.
+async fn restart_syncer_if_changed(rt: &Runtime, name: &str, tenant: &Tenant) {
+    let (policy, kinds) = (policy_of(tenant), extra_kinds(tenant).0);
+    let mut syncers = rt.syncers.lock().await;
+    let Some(run) = syncers.get(name) else {
+        return;
+    };
+    if run.policy == policy && run.kinds == kinds {
+        return;
+    }
+    let Some(cluster_server) = rt.running.lock().await.get(name).map(|c| c.server.clone()) else {
+        return;
+    };
+    let Some(old) = syncers.remove(name) else {
+        return;
+    };
+    old.admission.set(policy.clone());
+    let _ = old.stop.send(());
+    if tokio::time::timeout(Duration::from_secs(5), old.task)
+        .await
+        .is_err()
+    {
+        tracing::warn!(tenant = %name, "the old syncer did not stop within 5 s");
+    }
+    let run = start_syncer(rt, name, cluster_server, old.admission, policy, kinds);
+    tracing::info!(tenant = %name, kinds = ?run.kinds, "tenant spec changed: syncer restarted");
+    syncers.insert(name.to_string(), run);
 }
 
 /// The syncer policy a Tenant's spec asks for.
@@ -514,12 +627,8 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
             let cluster = Cluster::start(store, ca_copy, settings).await?;
             let policy = policy_of(&tenant);
-            cluster
-                .server
-                .registry()
-                .add_admission(Arc::new(SyncerAdmission {
-                    policy: policy.clone(),
-                }));
+            let admission = Arc::new(SyncerAdmission::new(policy.clone()));
+            cluster.server.registry().add_admission(admission.clone());
             let quota = Arc::new(ClusterQuota::new(
                 &format!("tenant \"{name}\""),
                 tenant_quota_hard(&tenant),
@@ -534,25 +643,17 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             if let Ok(mut q) = ctx.rt.quotas.lock() {
                 q.insert(name.clone(), quota);
             }
-            // The syncer: the tenant's objects onto the host, status back.
-            let sync = syncer::TenantSync {
-                tenant: name.clone(),
-                host_namespace: ns.clone(),
-                policy,
-                extra_kinds: extra_kinds(&tenant).0,
-            };
-            let tenant_client = fabrik_apiserver::client::in_process_client(
+            let run = start_syncer(
+                &ctx.rt,
+                &name,
                 cluster.server.clone(),
-                fabrik_apiserver::client::controller_identity("syncer"),
+                admission,
+                policy,
+                extra_kinds(&tenant).0,
             );
-            let informers = ctx.rt.informers.clone();
-            let stop = cluster.server.shutdown_signal();
-            let tname = name.clone();
-            tokio::spawn(async move {
-                if let Err(e) = syncer::run(sync, tenant_client, informers, stop).await {
-                    tracing::error!(tenant = %tname, error = %e, "syncer stopped");
-                }
-            });
+            if let Some(old) = ctx.rt.syncers.lock().await.insert(name.clone(), run) {
+                old.task.abort();
+            }
             ctx.rt
                 .router
                 .add_tenant(&name, cluster.server.clone(), ca.cert_pem())?;
@@ -560,6 +661,10 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             ctx.rt.running.lock().await.insert(name.clone(), cluster);
         }
     }
+
+    // The syncer and the pod policy follow the spec: a changed policy or list of extra kinds
+    // restarts the syncer (every sync is idempotent, so a restart only re-checks).
+    restart_syncer_if_changed(&ctx.rt, &name, &tenant).await;
 
     // The quota follows the spec.
     if let Some(q) = ctx
@@ -696,6 +801,7 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     if let Ok(mut q) = ctx.rt.quotas.lock() {
         q.remove(&name);
     }
+    ctx.rt.syncers.lock().await.remove(&name);
     let cluster = ctx.rt.running.lock().await.remove(&name);
     if let Some(c) = cluster {
         c.shutdown().await;
@@ -723,19 +829,44 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
 async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action, Error>> {
     let shards = ctx.rt.shards.get()?;
     if shards.owns(tenant) {
+        ctx.rt
+            .followed_policies
+            .lock()
+            .await
+            .remove(&tenant.name_any());
         shards.run_here(tenant, &ctx.rt.router).await;
         return None;
     }
     let name = tenant.name_any();
+    ctx.rt.syncers.lock().await.remove(&name);
     let cluster = ctx.rt.running.lock().await.remove(&name);
     if let Some(c) = cluster {
         ctx.rt.router.remove_tenant(&name);
         c.shutdown().await;
         tracing::info!(tenant = %name, "tenant handed over to another replica");
     }
-    let admission = Arc::new(SyncerAdmission {
-        policy: policy_of(tenant),
-    });
+    // A follower admits the tenant's pods too: its policy follows the spec like the owner's.
+    let admission = {
+        let mut followed = ctx.rt.followed_policies.lock().await;
+        let policy = policy_of(tenant);
+        if tenant.metadata.deletion_timestamp.is_some() {
+            followed.remove(&name);
+        }
+        match followed.get(&name) {
+            _ if tenant.metadata.deletion_timestamp.is_some() => {
+                Arc::new(SyncerAdmission::new(policy))
+            }
+            Some(a) => {
+                a.set(policy);
+                a.clone()
+            }
+            None => {
+                let a = Arc::new(SyncerAdmission::new(policy));
+                followed.insert(name.clone(), a.clone());
+                a
+            }
+        }
+    };
     let rt = &ctx.rt;
     Some(
         shards
