@@ -10,8 +10,8 @@ export PATH="$root/.tools/bin:$PATH"
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-# The end-to-end tests start the real binary: build it once, tests find it in target/debug.
-cargo build --locked -p control-plane --bin fabrik
+# The end-to-end tests start the real binaries: build them once, tests find them in target/debug.
+cargo build --locked -p control-plane --bin fabrik -p node-agent --bin fabrik-node-agent
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked --no-fail-fast
 else

@@ -154,6 +154,8 @@ pub struct ManagerConfig {
     pub serving_ca_pem: String,
     /// Where `tenants/<name>.kubeconfig` files are written (`fabrik up`), or none.
     pub data_dir: Option<PathBuf>,
+    /// Host namespace of the node agents' usage ConfigMaps.
+    pub usage_namespace: String,
 }
 
 /// The running tenant manager.
@@ -190,7 +192,11 @@ impl TenantManager {
             (task, shards, config.host.clone())
         });
         let usage_history = runtime.usage_history.clone();
-        let task = tokio::spawn(tenants::manager::run(config.host, runtime, shutdown));
+        let usage = tenants::usage::Settings {
+            namespace: config.usage_namespace,
+            ..Default::default()
+        };
+        let task = tokio::spawn(tenants::manager::run(config.host, runtime, usage, shutdown));
         TenantManager {
             task,
             sharding,

@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// instead of `DIR/pki`, so that every replica serves with the same CA.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     serving_ca_secret: Option<String>,
+    /// Host namespace where the node agents publish GPU usage (ConfigMaps
+    /// `fabrik-gpu-usage-<node>`, summed into `Tenant.status.usage`); the agents'
+    /// `--usage-namespace` must name the same.
+    #[arg(long, value_name = "NAMESPACE", default_value = fabrik_api::tenant::USAGE_NAMESPACE)]
+    usage_namespace: String,
     /// How often watches that allow bookmarks receive one (upstream: about once a minute).
     /// Every open watch pays for it — each tenant's controllers hold a dozen — so short
     /// intervals cost idle CPU in proportion to the tenants.
@@ -413,6 +418,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             public_url: public.url.clone(),
             serving_ca_pem: ca.cert_pem().to_string(),
             data_dir: None,
+            usage_namespace: args.usage_namespace.clone(),
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;

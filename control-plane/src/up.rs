@@ -209,6 +209,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 public_url: url.clone(),
                 serving_ca_pem: host_ca_pem,
                 data_dir: Some(dir.clone()),
+                usage_namespace: fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
             },
             cluster.server.shutdown_signal(),
         );

@@ -174,10 +174,23 @@ fn kinds(objs: &[Value]) -> BTreeSet<String> {
 
 /// The `--flags` `fabrik serve --help` lists.
 fn serve_flags() -> Result<BTreeSet<String>> {
-    let out = Command::new(fabrik_bin())
-        .args(["serve", "--help"])
+    help_flags(fabrik_bin(), &["serve", "--help"])
+}
+
+/// The `--flags` `fabrik-node-agent --help` lists (the binary beside `fabrik`).
+fn agent_flags() -> Result<BTreeSet<String>> {
+    let bin = fabrik_bin().with_file_name("fabrik-node-agent");
+    help_flags(bin, &["--help"])
+}
+
+fn help_flags(bin: std::path::PathBuf, args: &[&str]) -> Result<BTreeSet<String>> {
+    let out = Command::new(&bin)
+        .args(args)
         .output()
-        .context("fabrik serve --help")?;
+        .with_context(|| format!("{} {}", bin.display(), args.join(" ")))?;
+    if !out.status.success() {
+        bail!("{} {} failed", bin.display(), args.join(" "));
+    }
     let help = String::from_utf8_lossy(&out.stdout);
     let re = regex::Regex::new(r"--[a-z][a-z0-9-]*")?;
     Ok(re
@@ -378,6 +391,7 @@ fn chart_lints_renders_and_matches_the_binary() {
     let oidc = home.path().join("oidc.yaml");
     std::fs::write(&oidc, OIDC_VALUES).expect("values");
     let flags = serve_flags().expect("fabrik serve --help");
+    let agent_flags = agent_flags().expect("fabrik-node-agent --help");
     assert!(flags.contains("--host-kubeconfig"), "{flags:?}");
     for h in both_helms() {
         let run = || -> Result<()> {
@@ -420,6 +434,21 @@ fn chart_lints_renders_and_matches_the_binary() {
                     if !flags.contains(flag) {
                         bail!("the chart passes {flag}, which `fabrik serve` does not have");
                     }
+                }
+                // And every flag given to the node agent is one it has.
+                let ds = find(objs, "DaemonSet", "rel-fabrik-node-agent").context("agent")?;
+                for arg in args_of(ds, 0).iter().filter(|a| a.starts_with("--")) {
+                    let flag = arg.split('=').next().unwrap_or(arg);
+                    if !agent_flags.contains(flag) {
+                        bail!("the chart passes {flag}, which `fabrik-node-agent` does not have");
+                    }
+                }
+                // Agents publish usage where the control plane reads it.
+                let usage = "--usage-namespace=fabrik-system";
+                if !args_of(deploy, 0).iter().any(|a| a == usage)
+                    || !args_of(ds, 0).iter().any(|a| a == usage)
+                {
+                    bail!("control plane and agents must both get {usage}");
                 }
             }
             Ok(())

@@ -48,6 +48,10 @@ struct Args {
     /// `fabrik-system`, written only when changed); 0 publishes nothing.
     #[arg(long, value_name = "SECONDS", default_value_t = 15)]
     usage_publish_interval: u64,
+    /// Namespace of the usage ConfigMaps (where Fabrik is installed; the control plane reads
+    /// them there). The agent needs get, create and patch on ConfigMaps in it.
+    #[arg(long, value_name = "NAMESPACE", default_value = fabrik_api::tenant::USAGE_NAMESPACE)]
+    usage_namespace: String,
 }
 
 fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
@@ -115,7 +119,7 @@ async fn main() -> Result<()> {
                 vec![args.node_name.clone()],
                 metering::publish::Config {
                     interval: Duration::from_secs(args.usage_publish_interval),
-                    ..Default::default()
+                    namespace: args.usage_namespace.clone(),
                 },
             );
             Some(tokio::spawn(publisher.run(async {

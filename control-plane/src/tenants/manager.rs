@@ -909,6 +909,7 @@ fn error_policy(tenant: Arc<Tenant>, err: &Error, _ctx: Arc<Ctx>) -> Action {
 pub async fn run(
     host: Client,
     rt: Arc<Runtime>,
+    usage_settings: super::usage::Settings,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let ctx = Arc::new(Ctx {
@@ -932,7 +933,7 @@ pub async fn run(
         host,
         owns,
         rt.usage_history.clone(),
-        super::usage::Settings::default(),
+        usage_settings,
         async move {
             let _ = usage_rx.await;
         },

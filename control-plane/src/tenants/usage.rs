@@ -58,6 +58,8 @@ pub struct Settings {
     pub settle: Duration,
     /// Recompute at least this often (watch gaps, rate-limited writes).
     pub resync: Duration,
+    /// Host namespace of the node agents' usage ConfigMaps.
+    pub namespace: String,
 }
 
 impl Default for Settings {
@@ -66,6 +68,7 @@ impl Default for Settings {
             min_write_interval: Duration::from_secs(5),
             settle: Duration::from_millis(200),
             resync: Duration::from_secs(30),
+            namespace: USAGE_NAMESPACE.to_string(),
         }
     }
 }
@@ -348,7 +351,7 @@ pub async fn run(
 ) {
     let changed = Arc::new(Notify::new());
     let pods_api: Api<Pod> = Api::all(host.clone());
-    let cms_api: Api<ConfigMap> = Api::namespaced(host.clone(), USAGE_NAMESPACE);
+    let cms_api: Api<ConfigMap> = Api::namespaced(host.clone(), &settings.namespace);
     let tenants_api: Api<Tenant> = Api::all(host.clone());
     let (pods, pods_w) = reflector::store();
     let (cms, cms_w) = reflector::store();
