@@ -98,6 +98,21 @@ impl Router {
         removed.map(|t| t.server)
     }
 
+    /// Stops serving a tenant only if `server` is what serves it (another server routed
+    /// meanwhile stays); returns whether it was removed.
+    pub fn remove_tenant_if(&self, name: &str, server: &Arc<ApiServer>) -> bool {
+        let Ok(mut t) = self.tenants.write() else {
+            return false;
+        };
+        if t.get(name)
+            .is_some_and(|target| Arc::ptr_eq(&target.server, server))
+        {
+            t.remove(name);
+            return true;
+        }
+        false
+    }
+
     /// Names of the tenants served.
     pub fn tenant_names(&self) -> Vec<String> {
         self.tenants

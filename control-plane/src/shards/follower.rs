@@ -147,12 +147,8 @@ impl Followers {
         let Some(follower) = self.running.lock().await.remove(tenant) else {
             return false;
         };
-        if let Some(routed) = router.remove_tenant(tenant) {
-            if !Arc::ptr_eq(&routed, &follower.server) {
-                // Not ours (the owner's server was routed meanwhile): put it back.
-                let _ = router.add_tenant(tenant, routed, "");
-            }
-        }
+        // Only our route: the owner's server may be routed already.
+        router.remove_tenant_if(tenant, &follower.server);
         follower.shutdown().await;
         true
     }

@@ -216,11 +216,11 @@ impl Shards {
         })
     }
 
-    /// Called before this replica runs `tenant` as its owner: stops following it, and says so
-    /// once per takeover.
-    pub async fn run_here(&self, tenant: &Tenant, router: &Router) {
+    /// Called before this replica runs `tenant` as its owner: says so once per takeover (the
+    /// follower keeps serving until the owner's server is routed, see
+    /// [`Shards::stop_following`]).
+    pub async fn run_here(&self, tenant: &Tenant) {
         let name = tenant.name_any();
-        self.followers.unfollow(&name, router).await;
         if self.announced.lock().await.insert(name.clone()) {
             eprintln!(
                 "fabrik: tenant {name} (shard {}) runs on this replica ({})",
@@ -228,6 +228,12 @@ impl Shards {
                 self.config.replica
             );
         }
+    }
+
+    /// Stops following `tenant` once this replica runs it: called after the owner's server is
+    /// routed, so that requests never find the tenant unserved in between.
+    pub async fn stop_following(&self, tenant: &str, router: &Router) {
+        self.followers.unfollow(tenant, router).await;
     }
 
     /// Serves `tenant`, owned by another replica, from the shared store (see [`follower`]).

@@ -657,6 +657,10 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             ctx.rt
                 .router
                 .add_tenant(&name, cluster.server.clone(), ca.cert_pem())?;
+            // Taking over: the follower served until now; the owner's server is routed.
+            if let Some(shards) = ctx.rt.shards.get() {
+                shards.stop_following(&name, &ctx.rt.router).await;
+            }
             tracing::info!(tenant = %name, "tenant API server started");
             ctx.rt.running.lock().await.insert(name.clone(), cluster);
         }
@@ -834,17 +838,14 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
             .lock()
             .await
             .remove(&tenant.name_any());
-        shards.run_here(tenant, &ctx.rt.router).await;
+        shards.run_here(tenant).await;
         return None;
     }
     let name = tenant.name_any();
     ctx.rt.syncers.lock().await.remove(&name);
-    let cluster = ctx.rt.running.lock().await.remove(&name);
-    if let Some(c) = cluster {
-        ctx.rt.router.remove_tenant(&name);
-        c.shutdown().await;
-        tracing::info!(tenant = %name, "tenant handed over to another replica");
-    }
+    // Handing over: the server run here keeps serving until the follower is routed in its
+    // place, so that requests never find the tenant unserved.
+    let handed_over = ctx.rt.running.lock().await.remove(&name);
     // A follower admits the tenant's pods too: its policy follows the spec like the owner's.
     let admission = {
         let mut followed = ctx.rt.followed_policies.lock().await;
@@ -868,21 +869,25 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
         }
     };
     let rt = &ctx.rt;
-    Some(
-        shards
-            .follow(
-                tenant,
-                &ctx.host,
-                &rt.router,
-                &rt.backend,
-                &keyspace(&name),
-                &rt.settings,
-                &rt.public_url,
-                admission,
-            )
-            .await
-            .map_err(|e| Error::Shards(Box::new(e))),
-    )
+    let followed = shards
+        .follow(
+            tenant,
+            &ctx.host,
+            &rt.router,
+            &rt.backend,
+            &keyspace(&name),
+            &rt.settings,
+            &rt.public_url,
+            admission,
+        )
+        .await
+        .map_err(|e| Error::Shards(Box::new(e)));
+    if let Some(c) = handed_over {
+        rt.router.remove_tenant_if(&name, &c.server);
+        c.shutdown().await;
+        tracing::info!(tenant = %name, "tenant handed over to another replica");
+    }
+    Some(followed)
 }
 
 async fn reconcile(tenant: Arc<Tenant>, ctx: Arc<Ctx>) -> Result<Action, Error> {
