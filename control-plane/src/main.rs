@@ -16,6 +16,12 @@ mod up;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
+/// mimalloc instead of the system allocator: the API server allocates and frees JSON trees for
+/// every request and watch event from many threads, and glibc's malloc spent about half of the
+/// server's CPU in a pod burst (arena locks, consolidation); see docs/benchmarks.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser)]
 #[command(
     name = "fabrik",
