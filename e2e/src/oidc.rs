@@ -103,8 +103,13 @@ pub struct TokenSet {
     pub access_token: String,
 }
 
-/// How long the provider may take to print its issuer.
-const PROVIDER_START: Duration = Duration::from_secs(120);
+/// How long the provider may take to print its issuer, per attempt.
+const PROVIDER_START: Duration = Duration::from_secs(75);
+
+/// Attempts to start the provider: under a full suite on 2 cores a node process was seen once
+/// not to print its issuer within 120 s while the same start takes well under a second alone;
+/// a second process is then started (the first is killed), and both logs are reported.
+const PROVIDER_ATTEMPTS: usize = 2;
 
 /// A running `e2e/oidc/provider.mjs`.
 pub struct OidcProvider {
@@ -128,6 +133,20 @@ impl OidcProvider {
 
     /// Starts a provider and waits until it serves.
     pub fn start(opts: OidcOptions) -> Result<OidcProvider> {
+        let mut failures = Vec::new();
+        for attempt in 1..=PROVIDER_ATTEMPTS {
+            match OidcProvider::start_once(opts.clone()) {
+                Ok(p) => return Ok(p),
+                Err(e) => {
+                    eprintln!("oidc provider: attempt {attempt} failed: {e:#}");
+                    failures.push(format!("attempt {attempt}: {e:#}"));
+                }
+            }
+        }
+        bail!("{}", failures.join("\n"))
+    }
+
+    fn start_once(opts: OidcOptions) -> Result<OidcProvider> {
         let dir = tempfile::tempdir().context("tempdir")?;
         let script = provider_dir().join("provider.mjs");
         if !provider_dir()
