@@ -140,6 +140,15 @@ pub(crate) fn is_transient(error: &etcd_client::Error) -> bool {
     use etcd_client::Error;
     match error {
         Error::TransportError(_) | Error::IoError(_) | Error::WatchError(_) => true,
+        // A status made from a failed connection (tonic's `Cancelled` with the transport error
+        // as its source: "operation was canceled" / "connection closed" when the member died
+        // under the request).
+        Error::GRpcStatus(status)
+            if i32::from(status.code()) == code::CANCELLED
+                && std::error::Error::source(status).is_some() =>
+        {
+            true
+        }
         Error::GRpcStatus(status) => transient_status(status.code().into(), status.message()),
         _ => false,
     }
@@ -210,6 +219,16 @@ mod tests {
         )));
         assert!(!is_transient(&etcd_client::Error::InvalidArgs(
             "x".to_owned()
+        )));
+        // The member died under the request: tonic reports `Cancelled` with the transport
+        // error as its source. A bare `Cancelled` without one is not retried.
+        let mut died = tonic::Status::cancelled("operation was canceled");
+        died.set_source(std::sync::Arc::new(std::io::Error::other(
+            "connection closed",
+        )));
+        assert!(is_transient(&etcd_client::Error::GRpcStatus(died)));
+        assert!(!is_transient(&etcd_client::Error::GRpcStatus(
+            tonic::Status::cancelled("canceled by the server")
         )));
     }
 
