@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 pub mod etcd;
 pub mod ha;
 pub mod oidc;
+pub mod procfs;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
@@ -319,26 +320,27 @@ impl FakeKubelet {
     }
 }
 
-async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod) -> Result<()> {
-    use kube::ResourceExt;
-    if pod.metadata.deletion_timestamp.is_some() {
-        return Ok(());
-    }
-    let ns = pod.namespace().unwrap_or_default();
-    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
-        kube::Api::namespaced(client.clone(), &ns);
+/// The `pods/status` merge patch a kubelet sends once a pod's containers run and are ready
+/// (Running, Ready, one running container status per container).
+pub fn running_status(pod: &k8s_openapi::api::core::v1::Pod) -> serde_json::Value {
     let now = "2026-01-01T00:00:00Z";
     let containers: Vec<serde_json::Value> = pod
         .spec
         .as_ref()
         .map(|s| {
-            s.containers.iter().map(|c| serde_json::json!({
-            "name": c.name, "image": c.image, "imageID": "", "ready": true, "started": true,
-            "restartCount": 0, "state": {"running": {"startedAt": now}}
-        })).collect()
+            s.containers
+                .iter()
+                .map(|c| {
+                    serde_json::json!({
+                        "name": c.name, "image": c.image, "imageID": "", "ready": true,
+                        "started": true, "restartCount": 0,
+                        "state": {"running": {"startedAt": now}}
+                    })
+                })
+                .collect()
         })
         .unwrap_or_default();
-    let status = serde_json::json!({"status": {
+    serde_json::json!({"status": {
         "phase": "Running",
         "podIP": "10.244.0.10",
         "hostIP": "10.0.0.1",
@@ -350,7 +352,18 @@ async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod
             {"type": "Ready", "status": "True", "lastTransitionTime": now}
         ],
         "containerStatuses": containers,
-    }});
+    }})
+}
+
+async fn mark_ready(client: &kube::Client, pod: &k8s_openapi::api::core::v1::Pod) -> Result<()> {
+    use kube::ResourceExt;
+    if pod.metadata.deletion_timestamp.is_some() {
+        return Ok(());
+    }
+    let ns = pod.namespace().unwrap_or_default();
+    let api: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), &ns);
+    let status = running_status(pod);
     api.patch_status(
         &pod.name_any(),
         &kube::api::PatchParams::default(),

@@ -93,21 +93,10 @@ impl Drop for AgentGuard {
     }
 }
 
-/// VmRSS in KiB and utime+stime in seconds (clock ticks / 100, USER_HZ on Linux).
+/// VmRSS in KiB and utime+stime in seconds.
 fn proc_stat(pid: u32) -> Option<(u64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let rss_kib = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()?;
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let fields: Vec<&str> = stat.rsplit(')').next()?.split_whitespace().collect();
-    let utime: f64 = fields.get(11)?.parse().ok()?;
-    let stime: f64 = fields.get(12)?.parse().ok()?;
-    Some((rss_kib, (utime + stime) / 100.0))
+    let (rss, _) = e2e::procfs::memory_kib(pid)?;
+    Some((rss, e2e::procfs::cpu_seconds(pid)?))
 }
 
 /// Samples the agent once a second for `secs`: (peak RSS MiB, CPU % of one core).

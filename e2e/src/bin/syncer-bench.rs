@@ -279,40 +279,6 @@ async fn start_tenant_watches(
     Ok(())
 }
 
-/// The status a kubelet reports for a started pod.
-fn running_status(pod: &Pod) -> serde_json::Value {
-    let now = "2026-01-01T00:00:00Z";
-    let containers: Vec<serde_json::Value> = pod
-        .spec
-        .as_ref()
-        .map(|s| {
-            s.containers
-                .iter()
-                .map(|c| {
-                    serde_json::json!({
-                        "name": c.name, "image": c.image, "imageID": "", "ready": true,
-                        "started": true, "restartCount": 0,
-                        "state": {"running": {"startedAt": now}}
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    serde_json::json!({"status": {
-        "phase": "Running",
-        "podIP": "10.244.0.10",
-        "hostIP": "10.0.0.1",
-        "startTime": now,
-        "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-            {"type": "Ready", "status": "True", "lastTransitionTime": now}
-        ],
-        "containerStatuses": containers,
-    }})
-}
-
 /// Marks one host pod Running (a few tries); returns whether it succeeded. The first send is
 /// recorded in `shared` for the tenant pod the host pod copies.
 async fn mark_running(host: &Client, pod: &Pod, shared: &Shared) -> bool {
@@ -320,7 +286,7 @@ async fn mark_running(host: &Client, pod: &Pod, shared: &Shared) -> bool {
         return false;
     };
     let api: Api<Pod> = Api::namespaced(host.clone(), &ns);
-    let status = running_status(pod);
+    let status = e2e::running_status(pod);
     if let Some(k) = origin_key(pod) {
         let now = Instant::now();
         shared.with(|t| {
@@ -428,46 +394,6 @@ async fn create_pod(api: &Api<Pod>, pod: &Pod) -> Result<usize> {
             }
         }
     }
-}
-
-/// Resident set and its peak, MiB, from /proc/PID/status.
-fn rss_mib(pid: u32) -> (f64, f64) {
-    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
-        return (0.0, 0.0);
-    };
-    let field = |name: &str| -> f64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|k| k.parse::<f64>().ok())
-            .map_or(0.0, |kib| kib / 1024.0)
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
-/// User + system CPU seconds of a process so far (USER_HZ = 100).
-fn cpu_s(pid: u32) -> f64 {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return 0.0;
-    };
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| -> f64 {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
-fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".to_string())
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -586,7 +512,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
     let burst_names: Vec<String> = (0..args.tenants).map(|i| format!("b{i:04}")).collect();
     let mut names = vec![LAT_TENANT.to_string()];
     names.extend(burst_names.iter().cloned());
-    let rss_empty = rss_mib(pid);
+    let rss_empty = e2e::procfs::memory_mib(pid);
     let t0 = Instant::now();
     create_tenants(&host, &names).await?;
     let tenants_ready_s = t0.elapsed().as_secs_f64();
@@ -598,11 +524,11 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
     println!(
         "{} tenants Ready in {tenants_ready_s:.1} s; load average {}",
         names.len(),
-        loadavg()
+        e2e::procfs::loadavg()
     );
     // Let the tenants' controllers and syncers settle.
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let rss_tenants = rss_mib(pid);
+    let rss_tenants = e2e::procfs::memory_mib(pid);
 
     // Latency, down: sequential creates in the latency tenant.
     start_tenant_watches(
@@ -697,7 +623,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
     let next = Arc::new(AtomicUsize::new(0));
     let sent_at: Arc<Mutex<HashMap<String, Instant>>> =
         Arc::new(Mutex::new(HashMap::with_capacity(total)));
-    let cpu_before = cpu_s(pid);
+    let cpu_before = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0);
     let burst_start = Instant::now();
     let mut workers = tokio::task::JoinSet::new();
     for _ in 0..args.clients.max(1) {
@@ -752,7 +678,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
         (seen.len(), seen.into_iter().max())
     });
     let host_s = last_host.map_or(f64::NAN, |l| ms_between(burst_start, l) / 1000.0);
-    let cpu_down = cpu_s(pid) - cpu_before;
+    let cpu_down = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
     let burst_down_ms: Vec<f64> = {
         let sent = sent_at.lock().unwrap_or_else(|e| e.into_inner());
         shared.with(|t| {
@@ -773,13 +699,13 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
             burst_start.elapsed().as_secs_f64()
         );
     }
-    let rss_burst = rss_mib(pid);
+    let rss_burst = e2e::procfs::memory_mib(pid);
 
     // Burst, up: watches on every burst tenant, then the kubelet stand-in.
     let mut up_result = None;
     if all_host {
         start_tenant_watches(&burst_clients, &shared, &mut background).await?;
-        let cpu_before = cpu_s(pid);
+        let cpu_before = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0);
         let up_start = Instant::now();
         let _ = start_kubelet.send(());
         let deadline = Instant::now() + Duration::from_secs(args.timeout_s);
@@ -814,7 +740,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
                 per_pod,
             )
         });
-        let cpu_up = cpu_s(pid) - cpu_before;
+        let cpu_up = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu_before;
         // Patches whose answer is still on its way (the syncer can be faster than the reply).
         let settle = Instant::now() + Duration::from_secs(5);
         while stats.patched.load(Ordering::Relaxed) + stats.failed.load(Ordering::Relaxed) < total
@@ -842,7 +768,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
         }
         up_result = Some((all_running, running, up_s, host_up_s, cpu_up, per_pod));
     }
-    let rss_end = rss_mib(pid);
+    let rss_end = e2e::procfs::memory_mib(pid);
 
     // The table.
     let mut down_sorted = down_ms;
@@ -854,7 +780,7 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
         args.tenants,
         args.pods,
         args.clients,
-        loadavg()
+        e2e::procfs::loadavg()
     );
     println!("| --- | --- | --- | --- |");
     println!(

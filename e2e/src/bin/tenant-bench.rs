@@ -14,32 +14,6 @@ use anyhow::{bail, Context, Result};
 use fabrik_api::tenant::{Tenant, TenantQuota, TenantSpec};
 use kube::api::{Api, ListParams, PostParams};
 
-fn rss_mib(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|k| k.parse::<f64>().ok())
-        })
-        .map_or(0.0, |kib| kib / 1024.0)
-}
-
-/// CPU seconds (user + system) the process has used.
-fn cpu_secs(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| {
-            let after = s.rsplit(')').next()?.to_string();
-            let f: Vec<&str> = after.split_whitespace().collect();
-            let u: f64 = f.get(11)?.parse().ok()?;
-            let k: f64 = f.get(12)?.parse().ok()?;
-            Some((u + k) / 100.0)
-        })
-        .unwrap_or(0.0)
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -93,8 +67,8 @@ async fn main() -> Result<()> {
         kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?,
     )?;
     let tenants: Api<Tenant> = Api::all(client.clone());
-    let rss_before = rss_mib(pid);
-    let cpu_start = cpu_secs(pid);
+    let rss_before = e2e::procfs::memory_mib(pid).0;
+    let cpu_start = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0);
     let start = Instant::now();
     let created = Arc::new(tokio::sync::Mutex::new(Vec::with_capacity(n)));
     let mut tasks = tokio::task::JoinSet::new();
@@ -147,7 +121,7 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let all_ready_secs = start.elapsed().as_secs_f64();
-    let burst_cpu = cpu_secs(pid) - cpu_start;
+    let burst_cpu = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu_start;
     let mut lat: Vec<f64> = created
         .iter()
         .filter_map(|(name, t0)| {
@@ -158,10 +132,11 @@ async fn main() -> Result<()> {
         .collect();
     lat.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let (cpu0, t0) = (cpu_secs(pid), Instant::now());
+    let (cpu0, t0) = (e2e::procfs::cpu_seconds(pid).unwrap_or(0.0), Instant::now());
     tokio::time::sleep(Duration::from_secs(10)).await;
-    let idle_cpu = (cpu_secs(pid) - cpu0) / t0.elapsed().as_secs_f64() * 100.0;
-    let rss_after = rss_mib(pid);
+    let idle_cpu =
+        (e2e::procfs::cpu_seconds(pid).unwrap_or(0.0) - cpu0) / t0.elapsed().as_secs_f64() * 100.0;
+    let rss_after = e2e::procfs::memory_mib(pid).0;
     // One at a time, with the N tenants idle: create → Ready of a single tenant (watched).
     let mut one: Vec<f64> = Vec::with_capacity(SEQUENTIAL);
     for i in 0..SEQUENTIAL {
