@@ -115,14 +115,17 @@ impl StoreArgs {
         Ok(tls)
     }
 
-    /// Opens the store: `sled` through `open_sled`, etcd by connecting to its members.
+    /// Opens the store: sled under `dir/store` (page cache `cache_mib`, `history` revisions),
+    /// or etcd by connecting to its members.
     pub async fn open(
         &self,
-        open_sled: impl FnOnce() -> anyhow::Result<SledBackend>,
+        dir: &std::path::Path,
+        cache_mib: u64,
+        history: u64,
     ) -> anyhow::Result<Keyspaces> {
         let tls = self.tls()?;
         Ok(match &self.store {
-            StoreSpec::Sled => open_sled()?.into(),
+            StoreSpec::Sled => crate::control_plane::open_store(dir, cache_mib, history)?.into(),
             StoreSpec::Etcd(members) => {
                 let etcd = connect_etcd(members, &tls).await?;
                 eprintln!("fabrik: store: etcd at {}", members.join(","));

@@ -343,16 +343,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         );
     }
 
-    let backend: Keyspaces = args
-        .store
-        .open(|| {
-            Ok(control_plane::open_store(
-                &dir,
-                args.cache_mib,
-                args.history,
-            )?)
-        })
-        .await?;
+    let backend: Keyspaces = args.store.open(&dir, args.cache_mib, args.history).await?;
     let shards = replica.map(|replica| {
         eprintln!(
             "fabrik: replica {replica}: tenants are sharded over the replicas by the Leases in namespace {}",

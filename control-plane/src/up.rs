@@ -147,16 +147,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         }
     }
     eprintln!("fabrik: data directory {}", dir.display());
-    let backend = args
-        .store
-        .open(|| {
-            Ok(control_plane::open_store(
-                &dir,
-                args.cache_mib,
-                args.history,
-            )?)
-        })
-        .await?;
+    let backend = args.store.open(&dir, args.cache_mib, args.history).await?;
     let host: Arc<dyn Store> = backend
         .open("host")
         .await
