@@ -111,16 +111,9 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
     })
 }
 
-/// The status of a host Ingress, for its tenant Ingress.
+/// The status of a host Ingress, for its tenant Ingress: its load balancer, as a Service's.
 pub fn tenant_ingress_status(host: &Value) -> Map<String, Value> {
-    let mut out = Map::new();
-    if !host["status"]["loadBalancer"].is_null() {
-        out.insert(
-            "loadBalancer".into(),
-            host["status"]["loadBalancer"].clone(),
-        );
-    }
-    out
+    crate::services::tenant_service_status(host)
 }
 
 #[cfg(test)]
