@@ -63,6 +63,20 @@ pub struct TenantQuota {
     /// `whole`, `mig:<profile>` (e.g. `mig:1g.18gb`) or `share:<memory MiB>,<compute %>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_sharing: Option<String>,
+    /// `NodePort` (and `LoadBalancer`, which holds node ports too) Services the tenant may have
+    /// (`services.nodeports`; host node ports are shared by every tenant). 0 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_ports: Option<i64>,
+    /// `LoadBalancer` Services the tenant may have (`services.loadbalancers`). 0 when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_balancers: Option<i64>,
+    /// Bytes the tenant's objects may take in the control plane's store, as a quantity
+    /// (`512Mi`). A default applies when unset (see docs/security.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<String>,
+    /// Objects the tenant may keep in the control plane's store. A default applies when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub objects: Option<i64>,
 }
 
 /// Placement and privileges.
@@ -81,6 +95,13 @@ pub struct TenantIsolation {
     /// Privileges allowed (none by default): `privileged`, `hostNamespaces`, `hostPath`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allow: Vec<String>,
+    /// Host IngressClasses the tenant's synced Ingresses may name (none by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ingress_classes: Vec<String>,
+    /// DNS names the tenant's `ExternalName` Services may point at (none by default). An entry
+    /// `*.example.com` allows every name under `example.com`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub external_names: Vec<String>,
 }
 
 /// The tenant's network segment.

@@ -259,6 +259,7 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             pods: opt_int(q.get("pods")),
             gpus: opt_int(q.get("gpus")),
             gpu_sharing: opt_string(q.get("gpu_sharing")),
+            ..Default::default()
         }),
         isolation: object("isolation").map(|i| TenantIsolation {
             node_selector: match i.get("node_selector") {
@@ -271,6 +272,7 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             dedicated_nodes: matches!(i.get("dedicated_nodes"), Value::Bool(true)),
             runtime_class: opt_string(i.get("runtime_class")),
             allow: string_list(i.get("allow")),
+            ..Default::default()
         }),
         network: object("network").map(|n| TenantNetwork {
             segment: opt_int(n.get("segment")),
@@ -494,12 +496,14 @@ mod tests {
                 pods: Some(20),
                 gpus: Some(4),
                 gpu_sharing: Some("mig:1g.18gb".into()),
+                ..Default::default()
             }),
             isolation: Some(TenantIsolation {
                 node_selector: [("pool".to_string(), "a".to_string())].into(),
                 dedicated_nodes: true,
                 runtime_class: None,
                 allow: vec!["hostPath".into()],
+                ..Default::default()
             }),
             network: Some(TenantNetwork { segment: Some(7) }),
             sync: None,
