@@ -10,10 +10,14 @@
 //! - [`patch`]: JSON patch (RFC 6902), JSON merge patch (RFC 7386) and strategic merge patch;
 //! - [`apply`]: server-side apply and `metadata.managedFields` bookkeeping (field sets in the
 //!   `fieldsV1` format, ownership, conflicts);
-//! - [`quantity`]: resource quantities (`100m`, `1Gi`, `1e3`) with exact arithmetic.
+//! - [`quantity`]: resource quantities (`100m`, `1Gi`, `1e3`) with exact arithmetic;
+//! - [`resources`]: a pod's requests and limits (sidecars included) and the rules on
+//!   containers' `resources`;
+//! - [`quota`]: what an object counts against a ResourceQuota, and quota scopes.
 //!
-//! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds (the
-//! strategic merge patch schema is supplied through [`patch::PatchSchema`]), and never panics on
+//! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds beyond
+//! the pod, Service and claim fields quota counts (the strategic merge patch schema is
+//! supplied through [`patch::PatchSchema`]), and never panics on
 //! input: every malformed selector, patch or quantity is reported as a typed error.
 #![forbid(unsafe_code)]
 
@@ -22,4 +26,6 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod quantity;
+pub mod quota;
+pub mod resources;
 pub mod validation;

@@ -58,6 +58,18 @@ pub struct Quantity {
 }
 
 impl Quantity {
+    /// Zero (decimal SI).
+    pub const ZERO: Quantity = Quantity {
+        nanos: 0,
+        format: Format::DecimalSI,
+    };
+
+    /// The largest quantity, 2^63-1 units (decimal SI).
+    pub const MAX: Quantity = Quantity {
+        nanos: MAX_NANOS,
+        format: Format::DecimalSI,
+    };
+
     /// A quantity of `nanos` nano-units printed in `format`.
     pub fn from_nanos(nanos: i128, format: Format) -> Result<Self, QuantityError> {
         if nanos.abs() > MAX_NANOS {
