@@ -2,6 +2,7 @@
 //!
 //! The host-side CRDs: [`tenant::Tenant`] (`tenants.fabrik.dev`).
 
+pub mod naming;
 pub mod tenant;
 
 /// The label and annotation prefix reserved for Fabrik itself; tenants may not set keys under it.

@@ -235,9 +235,7 @@ pub struct GpuSeries {
 }
 
 /// The host namespace of a tenant.
-pub fn host_namespace(tenant: &str) -> String {
-    format!("fabrik-{tenant}")
-}
+pub use crate::naming::host_namespace;
 
 /// Finalizer the tenant manager keeps on Tenants until their host side is torn down.
 pub const TENANT_FINALIZER: &str = "fabrik.dev/tenant-cleanup";

@@ -153,6 +153,44 @@ impl PodStreams for SimulatedNodes {
 }
 
 impl HostPods {
+    /// The host pod of tenant pod `ns/name`: its name by the current scheme, or, when no such
+    /// host pod exists, a host pod named by an earlier scheme that the syncer keeps running
+    /// until the tenant pod ends (found by its origin marks).
+    async fn host_pod_name(&self, ns: &str, name: &str) -> String {
+        let current = syncer::naming::host_name(name, ns, &self.tenant);
+        let pods: Api<Pod> = Api::namespaced(
+            self.host.clone(),
+            &syncer::naming::host_namespace(&self.tenant),
+        );
+        match pods.get_opt(&current).await {
+            Ok(None) => {}
+            _ => return current,
+        }
+        let selector = format!(
+            "{}={},{}={ns}",
+            fabrik_api::LABEL_TENANT,
+            self.tenant,
+            fabrik_api::LABEL_NAMESPACE
+        );
+        let Ok(list) = pods
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+        else {
+            return current;
+        };
+        list.items
+            .into_iter()
+            .find(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(fabrik_api::ANNOTATION_VIRTUAL_NAME))
+                    .is_some_and(|v| v == name)
+            })
+            .and_then(|p| p.metadata.name)
+            .unwrap_or(current)
+    }
+
     /// The host's refusal, in the host's words but without the host pod's name.
     fn host_refusal(&self, e: kube::Error, name: &str, ns: &str, host_name: &str) -> ApiError {
         match e {
@@ -178,7 +216,7 @@ pub struct HostPods {
 impl PodStreams for HostPods {
     async fn logs(&self, pod: &Value, container: &str, previous: bool) -> Result<String, ApiError> {
         let (ns, name) = name_of(pod);
-        let host_name = syncer::naming::host_name(name, ns, &self.tenant);
+        let host_name = self.host_pod_name(ns, name).await;
         let pods: Api<Pod> = Api::namespaced(
             self.host.clone(),
             &syncer::naming::host_namespace(&self.tenant),
@@ -200,7 +238,7 @@ impl PodStreams for HostPods {
         tail: Option<usize>,
     ) -> Result<BoxStream<'static, String>, ApiError> {
         let (ns, name) = name_of(pod);
-        let host_name = syncer::naming::host_name(name, ns, &self.tenant);
+        let host_name = self.host_pod_name(ns, name).await;
         let pods: Api<Pod> = Api::namespaced(
             self.host.clone(),
             &syncer::naming::host_namespace(&self.tenant),
@@ -225,7 +263,7 @@ impl PodStreams for HostPods {
     async fn stream(&self, pod: &Value, req: StreamRequest) -> Result<StreamAnswer, ApiError> {
         let (ns, name) = name_of(pod);
         let host_ns = syncer::naming::host_namespace(&self.tenant);
-        let host_name = syncer::naming::host_name(name, ns, &self.tenant);
+        let host_name = self.host_pod_name(ns, name).await;
         // The host request is built by allow-list: the stream's own parameters only.
         let query = {
             let mut query = form_urlencoded::Serializer::new(String::new());

@@ -236,7 +236,7 @@ async fn create_pod(client: &kube::Client, name: &str) -> Result<()> {
 }
 
 fn host_name(pod: &str, tenant: &str) -> String {
-    format!("{pod}-x-default-x-{tenant}")
+    fabrik_api::naming::host_name(pod, "default", tenant)
 }
 
 async fn failover(ha: &mut Ha) -> Result<()> {

@@ -187,9 +187,7 @@ pub fn check_tenant(tenant: &str) -> Result<(), InputError> {
 }
 
 /// The tenant's host namespace, `fabrik-<tenant>`.
-pub fn host_namespace(tenant: &str) -> String {
-    format!("{}{tenant}", fabrik_api::HOST_NAMESPACE_PREFIX)
-}
+pub use fabrik_api::naming::host_namespace;
 
 #[cfg(test)]
 mod tests {

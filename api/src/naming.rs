@@ -1,0 +1,200 @@
+//! Host names of tenant objects: one translation, shared by the syncer, the control plane and
+//! the node agent, and **injective** — two different tenant objects never get one host name.
+//!
+//! Tenant `t`'s object `name` in namespace `ns` lives in host namespace `fabrik-<t>` (one per
+//! tenant, so only `(name, ns)` has to be told apart inside it) as:
+//!
+//! * **readable** `<name>-x-<ns>-x-<t>` when that is at most 62 characters and `ns` neither
+//!   contains `-x-` nor starts with `x-`;
+//! * **hashed** otherwise: a readable prefix of that string (at most 30 characters, trailing
+//!   `-` and `.` trimmed), `-`, and the SHA-256 of `<name>/<ns>/<t>` in hex, cut so that the whole
+//!   is exactly 63 characters (at least 32 hex digits, 128 bits).
+//!
+//! Why this is injective: a readable name is at most 62 characters and a hashed one exactly
+//! 63, so the two forms never meet. Among readable names, strip the fixed `-x-<t>` suffix; in
+//! what is left the *last* `-x-` is always the separator, because `ns` has no `-x-` and does not
+//! start with `x-` (the only ways a later `-x-` could appear), so `name` and `ns` are read back
+//! uniquely. Hashed names collide only if SHA-256 does; its input separates the parts with `/`,
+//! which no name, namespace or tenant contains.
+//!
+//! The translation is a pure function of its inputs, the same on every run, release and
+//! machine. An earlier scheme (readable up to 63 characters for every namespace, FNV-1a past
+//! that) was not injective; the syncer migrates host objects named by it (see the syncer's
+//! `migrate` module).
+
+use sha2::{Digest, Sha256};
+
+/// Prefix of the host namespace of a tenant: `fabrik-<tenant>`.
+pub const HOST_NAMESPACE_PREFIX: &str = crate::HOST_NAMESPACE_PREFIX;
+
+/// The longest host name: a DNS label (Services and pod hostnames need one).
+pub const MAX_NAME: usize = 63;
+
+/// The longest readable host name; hashed names are exactly [`MAX_NAME`] long.
+pub const MAX_READABLE: usize = MAX_NAME - 1;
+
+/// The longest readable prefix kept in front of a hashed name's digest.
+const HASH_PREFIX: usize = 30;
+
+/// Tenant names refused because their host namespace is one Fabrik itself uses
+/// (`fabrik-system` holds the node agents' usage counters and, by default, the chart's release).
+pub const RESERVED_TENANT_NAMES: &[&str] = &["system"];
+
+/// The host namespace of a tenant.
+pub fn host_namespace(tenant: &str) -> String {
+    format!("{HOST_NAMESPACE_PREFIX}{tenant}")
+}
+
+/// The tenant a host namespace belongs to, if it is one by name.
+pub fn tenant_of_namespace(namespace: &str) -> Option<&str> {
+    namespace
+        .strip_prefix(HOST_NAMESPACE_PREFIX)
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether a tenant namespace can be written readably (see the module docs).
+fn readable_namespace(namespace: &str) -> bool {
+    !namespace.contains("-x-") && !namespace.starts_with("x-")
+}
+
+/// The host name of tenant object `name` in namespace `namespace` of `tenant`.
+pub fn host_name(name: &str, namespace: &str, tenant: &str) -> String {
+    let full = format!("{name}-x-{namespace}-x-{tenant}");
+    if full.len() <= MAX_READABLE && readable_namespace(namespace) {
+        return full;
+    }
+    let mut prefix: String = full.chars().take(HASH_PREFIX).collect();
+    while prefix.ends_with('-') || prefix.ends_with('.') {
+        prefix.pop();
+    }
+    let digest = Sha256::digest(format!("{name}/{namespace}/{tenant}").as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    let digits = MAX_NAME - 1 - prefix.len();
+    if prefix.is_empty() {
+        // Not reachable for valid names (they start with an alphanumeric character); keep the
+        // length rule anyway.
+        return hex[..MAX_NAME].to_string();
+    }
+    format!("{prefix}-{}", &hex[..digits])
+}
+
+/// The host name the earlier, non-injective scheme gave (readable up to 63 characters, else a
+/// 46-character prefix and FNV-1a). Only for recognising host objects to migrate.
+pub fn legacy_host_name(name: &str, namespace: &str, tenant: &str) -> String {
+    let full = format!("{name}-x-{namespace}-x-{tenant}");
+    if full.len() <= MAX_NAME {
+        return full;
+    }
+    let mut prefix: String = full.chars().take(MAX_NAME - 1 - 16).collect();
+    while prefix.ends_with('-') || prefix.ends_with('.') {
+        prefix.pop();
+    }
+    format!("{prefix}-{:016x}", fnv1a(full.as_bytes()))
+}
+
+/// FNV-1a, 64 bits (not collision resistant: used only where a collision costs nothing, such as
+/// spreading Event names, and to recognise legacy host names).
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in bytes {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    hash
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[test]
+    fn short_names_are_readable() {
+        assert_eq!(host_name("web", "default", "a"), "web-x-default-x-a");
+        assert_eq!(host_namespace("a"), "fabrik-a");
+        assert_eq!(tenant_of_namespace("fabrik-a"), Some("a"));
+        assert_eq!(tenant_of_namespace("fabrik-"), None);
+        assert_eq!(tenant_of_namespace("default"), None);
+    }
+
+    #[test]
+    fn the_collisions_of_the_old_scheme_are_gone() {
+        // Pod `a-x-b` in `c` and pod `a` in `b-x-c`.
+        assert_ne!(host_name("a-x-b", "c", "t"), host_name("a", "b-x-c", "t"));
+        assert_eq!(
+            legacy_host_name("a-x-b", "c", "t"),
+            legacy_host_name("a", "b-x-c", "t")
+        );
+        // Secret `a` in `b2-x-c2` and Secret `a-x-b2` in `c2`.
+        assert_ne!(
+            host_name("a", "b2-x-c2", "t"),
+            host_name("a-x-b2", "c2", "t")
+        );
+        // A namespace starting with `x-`: `a-x` in `x-b` against `a-x-x` in `b`.
+        assert_ne!(host_name("a-x", "x-b", "t"), host_name("a-x-x", "b", "t"));
+    }
+
+    #[test]
+    fn hashed_names_are_exactly_63_and_readable_ones_shorter() {
+        let ns = "n";
+        let t = "t";
+        let base = MAX_READABLE - "-x-n-x-t".len();
+        let name62 = "a".repeat(base);
+        let h = host_name(&name62, ns, t);
+        assert_eq!(h.len(), 62);
+        assert!(h.ends_with("-x-n-x-t"));
+        let name63 = "a".repeat(base + 1);
+        let h = host_name(&name63, ns, t);
+        assert_eq!(h.len(), MAX_NAME);
+        assert!(!h.ends_with("-x-n-x-t"));
+        let h = host_name("web", "a-x-b", t);
+        assert_eq!(h.len(), MAX_NAME, "{h}");
+        assert!(h.starts_with("web-x-a-x-b-x-t-"), "{h}");
+    }
+
+    #[test]
+    fn hashed_names_are_stable_and_never_end_with_a_separator() {
+        let name = format!("{}-{}", "b".repeat(HASH_PREFIX - 1), "c".repeat(40));
+        let h = host_name(&name, "ns", "t");
+        assert!(!h.contains("--"), "{h}");
+        assert_eq!(h.len(), MAX_NAME);
+        // Pinned: a change of the scheme would orphan every hashed host object.
+        assert_eq!(h, host_name(&name, "ns", "t"));
+        assert_eq!(
+            host_name("web", "x-ns", "t"),
+            "web-x-x-ns-x-t-338a7a46c1d4829ad4d83fd13b068a1ff546be737c0adfc2"
+        );
+    }
+
+    #[test]
+    fn legacy_names_are_the_old_scheme() {
+        assert_eq!(fnv1a(b"a"), 0xaf63_dc4c_8601_ec8c);
+        let name = "a-very-long-deployment-name-7d9f8c6b5-abcde";
+        let h = legacy_host_name(name, "production-namespace", "team-alpha");
+        assert!(h.len() <= MAX_NAME);
+        assert!(h.starts_with("a-very-long-deployment-name-7d9f8c6b5-abcde-x"));
+    }
+
+    /// Every pair of distinct (name, namespace) over a small alphabet that favours the separator
+    /// maps to distinct host names.
+    #[test]
+    fn injective_over_an_exhaustive_small_alphabet() {
+        let parts = [
+            "a", "x", "a-x", "x-a", "a-x-b", "x-x", "b-x-c", "x-", "-x", "a-x-x-b", "xx", "x-x-x",
+        ];
+        let valid = |s: &str| !s.starts_with('-') && !s.ends_with('-');
+        let mut seen: HashMap<String, (String, String)> = HashMap::new();
+        for name in parts.iter().filter(|s| valid(s)) {
+            for ns in parts.iter().filter(|s| valid(s)) {
+                for pad in [0, 20, 48, 52] {
+                    let name = format!("{name}{}", "n".repeat(pad));
+                    let h = host_name(&name, ns, "t-x-u");
+                    assert!(h.len() <= MAX_NAME);
+                    if let Some(prev) = seen.insert(h.clone(), (name.clone(), ns.to_string())) {
+                        assert_eq!(prev, (name.clone(), ns.to_string()), "{h}");
+                    }
+                }
+            }
+        }
+    }
+}
