@@ -461,11 +461,11 @@ mod tests {
         assert_eq!(pod_requests(&plain)["nvidia.com/gpu"], q("2"));
         // Overhead is added to limits only where there is one.
         let l = pod_limits(&pod);
-        assert!(l.get("cpu").is_none());
+        assert!(!l.contains_key("cpu"));
         let pod_level = json!({"spec": {"resources": {"requests": {"cpu": "8", "nvidia.com/gpu": "9"}},
             "containers": [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]}});
         assert_eq!(pod_requests(&pod_level)["cpu"], q("8"));
-        assert!(pod_requests(&pod_level).get("nvidia.com/gpu").is_none());
+        assert!(!pod_requests(&pod_level).contains_key("nvidia.com/gpu"));
     }
 
     #[test]

@@ -1,15 +1,25 @@
 //! A quota over a whole cluster rather than one namespace: a tenant's quota (pods, CPU and
-//! memory requests, GPUs) counts every namespace of the tenant's cluster, so that
-//! `kubectl apply` fails at once with a message naming the quota instead of leaving a host pod
-//! pending. Same bookkeeping as [`super::resource_quota`]: an upper bound of usage raised by
-//! every admitted pod, exact recount (with no create in flight) only when a pod would not fit.
+//! memory requests, GPUs, node ports, load balancers) counts every namespace of the tenant's
+//! cluster, so that `kubectl apply` fails at once with a message naming the quota instead of
+//! leaving a host object refused or pending. What an object counts is
+//! [`fabrik_machinery::quota`]'s (as for namespace quotas and the quota controller): a pod's
+//! sidecars add to its app containers, a Service takes one node port per port. Creates are
+//! charged their usage, updates of Services and claims their increase.
+//!
+//! Same bookkeeping as [`super::resource_quota`]: per kind, an upper bound of usage raised by
+//! every admitted write, exact recount (with no write in flight) only when a write would not
+//! fit. [`ClusterQuota::set_exact`] drops the bound (every write counts exactly), for a
+//! replica whose store other replicas write too.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
+use fabrik_machinery::quota::{self, describe, over, Usage};
 use serde_json::Value;
 
-use super::resource_quota::{add, describe, over, usage_of, Usage};
-use super::{Admission, Operation, Request, Verdict};
+use super::resource_quota::charge;
+use super::{Admission, Request, Verdict};
 use crate::error::ApiError;
 use crate::registry::ListParams;
 
@@ -18,47 +28,79 @@ pub struct ClusterQuota {
     /// What the quota is called in messages (e.g. `tenant "team-a"`).
     name: String,
     hard: RwLock<Usage>,
-    bound: Mutex<Option<Usage>>,
+    /// Upper bounds of usage per kind (`plural.group`), with the limits they were counted for.
+    bounds: Mutex<HashMap<String, Usage>>,
     lock: Arc<tokio::sync::RwLock<()>>,
+    exact: AtomicBool,
 }
 
 impl ClusterQuota {
     /// A quota called `name` with `hard` limits (keys as in ResourceQuota: `pods`,
-    /// `requests.cpu`, `requests.nvidia.com/gpu`, ...).
+    /// `requests.cpu`, `requests.nvidia.com/gpu`, `services.nodeports`, ...).
     pub fn new(name: &str, hard: Usage) -> ClusterQuota {
         ClusterQuota {
             name: name.to_string(),
             hard: RwLock::new(hard),
-            bound: Mutex::new(None),
+            bounds: Mutex::new(HashMap::new()),
             lock: Arc::new(tokio::sync::RwLock::new(())),
+            exact: AtomicBool::new(false),
         }
     }
 
     /// Changes the limits (the Tenant's spec changed).
     pub fn set_hard(&self, hard: Usage) {
-        if let Ok(mut h) = self.hard.write() {
-            *h = hard;
+        let changed = match self.hard.write() {
+            Ok(mut h) => {
+                let changed = *h != hard;
+                *h = hard;
+                changed
+            }
+            Err(_) => true,
+        };
+        // Bounds hold the resources of the old limits only.
+        if changed {
+            if let Ok(mut b) = self.bounds.lock() {
+                b.clear();
+            }
         }
     }
 
-    fn hard(&self) -> Usage {
+    /// The limits enforced.
+    pub fn hard(&self) -> Usage {
         self.hard.read().map(|h| h.clone()).unwrap_or_default()
     }
 
-    fn try_charge(&self, requested: &Usage, hard: &Usage, dry_run: bool) -> bool {
-        let Ok(mut bound) = self.bound.lock() else {
+    /// Counts exactly on every write (keeps no upper bound): set where other replicas write
+    /// the same store, since their writes would not raise this replica's bound.
+    pub fn set_exact(&self, exact: bool) {
+        self.exact.store(exact, Ordering::Relaxed);
+        if exact {
+            if let Ok(mut b) = self.bounds.lock() {
+                b.clear();
+            }
+        }
+    }
+
+    /// Whether every write is counted exactly.
+    pub fn is_exact(&self) -> bool {
+        self.exact.load(Ordering::Relaxed)
+    }
+
+    fn try_charge(&self, kind: &str, requested: &Usage, hard: &Usage, dry_run: bool) -> bool {
+        if self.is_exact() {
+            return false;
+        }
+        let Ok(mut bounds) = self.bounds.lock() else {
             return false;
         };
-        let Some(b) = bound.as_mut() else {
+        let Some(b) = bounds.get_mut(kind) else {
             return false;
         };
         if !over(b, requested, hard).is_empty() {
             return false;
         }
         if !dry_run {
-            for (k, q) in requested {
-                add(b, k, q);
-            }
+            quota::add_all(b, requested);
         }
         true
     }
@@ -74,59 +116,249 @@ impl Admission for ClusterQuota {
         &self,
         req: &Request<'_>,
         obj: &Value,
-        _old: Option<&Value>,
+        old: Option<&Value>,
     ) -> Result<Verdict, ApiError> {
-        if req.op != Operation::Create || !req.is_core("pods") || req.subresource.is_some() {
+        if req.subresource.is_some() {
             return Ok(Verdict::ok());
         }
         let hard = self.hard();
-        let requested: Usage = usage_of(req.def, obj)
+        let requested: Usage = charge(req, obj, old)
             .into_iter()
             .filter(|(k, _)| hard.contains_key(k))
             .collect();
         if requested.is_empty() {
             return Ok(Verdict::ok());
         }
-        let read = self.lock.clone().read_owned().await;
-        if self.try_charge(&requested, &hard, req.dry_run) {
-            return Ok(Verdict {
-                warnings: Vec::new(),
-                hold: Some(Box::new(read)),
-            });
+        let kind = format!("{}.{}", req.def.plural, req.def.group);
+        if !self.is_exact() {
+            let read = self.lock.clone().read_owned().await;
+            if self.try_charge(&kind, &requested, &hard, req.dry_run) {
+                return Ok(Verdict {
+                    warnings: Vec::new(),
+                    hold: Some(Box::new(read)),
+                });
+            }
         }
-        drop(read);
         let write = self.lock.clone().write_owned().await;
-        let mut used = Usage::new();
-        for pod in req
+        let items = req
             .registry
             .list(req.def, None, &ListParams::default())
             .await?
-            .items
-        {
-            for (k, q) in usage_of(req.def, &pod) {
-                if hard.contains_key(&k) {
-                    add(&mut used, &k, &q);
-                }
-            }
-        }
+            .items;
+        let used = quota::used(
+            &Value::Null,
+            &hard,
+            items
+                .iter()
+                .map(|o| (req.def.group.as_str(), req.def.plural.as_str(), o)),
+        );
         let exceeded = over(&used, &requested, &hard);
-        if let Ok(mut b) = self.bound.lock() {
-            *b = Some(used);
+        if !self.is_exact() {
+            if let Ok(mut b) = self.bounds.lock() {
+                let mut bound = used;
+                if exceeded.is_empty() && !req.dry_run {
+                    quota::add_all(&mut bound, &requested);
+                }
+                b.insert(kind, bound);
+            }
         }
         if !exceeded.is_empty() {
             return Err(ApiError::Forbidden(format!(
-                "pods \"{}\" is forbidden: exceeded the quota of {}: {}",
+                "{} \"{}\" is forbidden: exceeded the quota of {}: {}",
+                req.def.group_resource(),
                 obj["metadata"]["name"].as_str().unwrap_or(""),
                 self.name,
                 describe(&exceeded),
             )));
         }
-        if !self.try_charge(&requested, &hard, req.dry_run) {
-            return Err(ApiError::Internal("quota bookkeeping failed".into()));
-        }
         Ok(Verdict {
             warnings: Vec::new(),
             hold: Some(Box::new(write.downgrade())),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{Part, Registry, WriteOptions};
+    use crate::resources::{Catalog, ResourceDef};
+    use fabrik_store::{SledBackend, SledConfig, Store};
+    use serde_json::json;
+
+    struct Fixture {
+        _dir: tempfile::TempDir,
+        backend: SledBackend,
+    }
+
+    impl Fixture {
+        fn new() -> Fixture {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+            Fixture { _dir: dir, backend }
+        }
+
+        /// A registry over the shared keyspace (one per replica), with a tenant quota.
+        async fn replica(&self, hard: &[(&str, &str)], exact: bool) -> Registry {
+            let store: Arc<dyn Store> = Arc::new(self.backend.keyspace("t").expect("keyspace"));
+            let reg = Registry::new(store, Arc::new(Catalog::builtin()));
+            crate::cluster::bootstrap(&reg).await.expect("bootstrap");
+            let hard: Usage = hard
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.parse().expect("quantity")))
+                .collect();
+            let quota = Arc::new(ClusterQuota::new("tenant \"t\"", hard));
+            quota.set_exact(exact);
+            reg.add_admission(quota);
+            reg
+        }
+    }
+
+    fn def(reg: &Registry, plural: &str) -> Arc<ResourceDef> {
+        reg.catalog().get("", "v1", plural).expect("served")
+    }
+
+    fn gpu(n: &str) -> Value {
+        json!({"limits": {"nvidia.com/gpu": n}, "requests": {"nvidia.com/gpu": n}})
+    }
+
+    fn pod(name: &str, spec: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec})
+    }
+
+    async fn create(reg: &Registry, plural: &str, obj: Value) -> Result<Value, ApiError> {
+        reg.create(
+            &def(reg, plural),
+            Some("default"),
+            obj,
+            &WriteOptions::default(),
+        )
+        .await
+        .map(|w| w.object)
+    }
+
+    #[tokio::test]
+    async fn a_sidecar_s_gpu_counts_with_the_app_container_s() {
+        let f = Fixture::new();
+        let reg = f.replica(&[("requests.nvidia.com/gpu", "1")], false).await;
+        let both = pod(
+            "both",
+            json!({
+                "initContainers": [{"name": "s", "image": "x", "restartPolicy": "Always", "resources": gpu("1")}],
+                "containers": [{"name": "m", "image": "x", "resources": gpu("1")}],
+            }),
+        );
+        let err = create(&reg, "pods", both)
+            .await
+            .expect_err("2 GPUs under 1");
+        assert_eq!(err.code(), 403);
+        assert!(
+            err.to_string()
+                .contains("requested: requests.nvidia.com/gpu=2"),
+            "{err}"
+        );
+        // A plain init container runs before the app container: 1 GPU at a time.
+        let seq = pod(
+            "seq",
+            json!({
+                "initContainers": [{"name": "i", "image": "x", "resources": gpu("1")}],
+                "containers": [{"name": "m", "image": "x", "resources": gpu("1")}],
+            }),
+        );
+        create(&reg, "pods", seq).await.expect("one GPU at a time");
+        let pods = reg
+            .list(&def(&reg, "pods"), None, &ListParams::default())
+            .await
+            .expect("list");
+        assert_eq!(pods.items.len(), 1);
+    }
+
+    #[tokio::test]
+    async fn node_ports_and_load_balancers_are_counted_on_create_and_update() {
+        let f = Fixture::new();
+        let reg = f
+            .replica(
+                &[("services.nodeports", "2"), ("services.loadbalancers", "1")],
+                false,
+            )
+            .await;
+        let svc = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
+        // Three node ports in one Service: over 2.
+        let err = create(
+            &reg,
+            "services",
+            svc(
+                "three",
+                json!({"type": "NodePort", "ports": [{"port": 1, "name": "a"}, {"port": 2, "name": "b"}, {"port": 3, "name": "c"}]}),
+            ),
+        )
+        .await
+        .expect_err("3 node ports");
+        assert!(err.to_string().contains("services.nodeports=3"), "{err}");
+        create(
+            &reg,
+            "services",
+            svc(
+                "lb",
+                json!({"type": "LoadBalancer", "ports": [{"port": 80}]}),
+            ),
+        )
+        .await
+        .expect("1 load balancer, 1 node port");
+        let err = create(
+            &reg,
+            "services",
+            svc(
+                "lb2",
+                json!({"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80}]}),
+            ),
+        )
+        .await
+        .expect_err("2nd load balancer");
+        assert!(err.to_string().contains("services.loadbalancers"), "{err}");
+        let plain = create(
+            &reg,
+            "services",
+            svc(
+                "plain",
+                json!({"ports": [{"port": 80, "name": "a"}, {"port": 81, "name": "b"}]}),
+            ),
+        )
+        .await
+        .expect("ClusterIP takes no node port");
+        // Turning it into a NodePort Service takes its 2 ports: 1 + 2 > 2.
+        let mut turned = plain.clone();
+        turned["spec"]["type"] = json!("NodePort");
+        let err = reg
+            .update(
+                &def(&reg, "services"),
+                Some("default"),
+                "plain",
+                turned,
+                Part::Main,
+                &WriteOptions::default(),
+            )
+            .await
+            .expect_err("update over the quota");
+        assert_eq!(err.code(), 403);
+        let stored = reg
+            .get(&def(&reg, "services"), Some("default"), "plain")
+            .await
+            .expect("get");
+        assert_ne!(stored["spec"]["type"], "NodePort");
+    }
+
+    #[tokio::test]
+    async fn exact_replicas_see_each_other_s_writes() {
+        let f = Fixture::new();
+        let hard = [("pods", "2")];
+        let a = f.replica(&hard, true).await;
+        let b = f.replica(&hard, true).await;
+        let p = |name: &str| pod(name, json!({"containers": [{"name": "c", "image": "x"}]}));
+        create(&b, "pods", p("b1")).await.expect("b1");
+        create(&a, "pods", p("a1")).await.expect("a1");
+        // B's own count says 1; the store holds 2.
+        let err = create(&b, "pods", p("b2")).await.expect_err("over 2");
+        assert!(err.to_string().contains("pods=2"), "{err}");
     }
 }

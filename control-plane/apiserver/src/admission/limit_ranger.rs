@@ -3,9 +3,9 @@
 //! the bounds is refused with upstream's messages.
 
 use fabrik_machinery::quantity::Quantity;
+use fabrik_machinery::resources::{pod_limits, pod_requests, ResourceList};
 use serde_json::{json, Map, Value};
 
-use super::resource_quota::pod_resources;
 use super::{Admission, Operation, Request, Verdict};
 use crate::error::ApiError;
 use crate::registry::ListParams;
@@ -176,15 +176,12 @@ impl Admission for LimitRanger {
                 }
             }
         }
-        let to_map = |u: super::resource_quota::Usage| -> Map<String, Value> {
+        let to_map = |u: ResourceList| -> Map<String, Value> {
             u.into_iter()
                 .map(|(k, q)| (k, json!(q.to_string())))
                 .collect()
         };
-        let (requests, limits) = (
-            to_map(pod_resources(pod, "requests")),
-            to_map(pod_resources(pod, "limits")),
-        );
+        let (requests, limits) = (to_map(pod_requests(pod)), to_map(pod_limits(pod)));
         for item in items(&ranges, "Pod") {
             check_bounds("Pod", item, &requests, &limits, &mut errors);
         }

@@ -1,22 +1,24 @@
-//! ResourceQuota: a create that would take a namespace past any of its quotas' `hard` limits
+//! ResourceQuota: a write that would take a namespace past any of its quotas' `hard` limits
 //! is refused with upstream's message (`exceeded quota: NAME, requested: …, used: …,
-//! limited: …`). Counted: object counts (`pods`, `services`, `configmaps`, `secrets`,
-//! `persistentvolumeclaims`, `count/<resource>.<group>`), compute (`requests.cpu`, `cpu`,
-//! `limits.memory`, …), extended resources (`requests.nvidia.com/gpu`), storage, and the pod
-//! scopes `Terminating`, `NotTerminating`, `BestEffort`, `NotBestEffort`.
+//! limited: …`). What an object counts, and which quotas (scopes, `scopeSelector`) count it,
+//! is [`fabrik_machinery::quota`]'s — the same function the quota controller reports
+//! `status.used` with. Creates are charged their usage; updates of Services and claims their
+//! increase (a `ClusterIP` Service turned `NodePort` takes node ports).
 //!
 //! Exact under concurrency: decisions are made under a per-namespace lock that is kept (as the
-//! admission hold) until the new object is committed — two creators at the limit cannot both
-//! pass. Usage is kept per quota as an **upper bound**: computed from the namespace's objects
-//! once, then raised by every admitted create (deletions only lower real usage, so the bound
-//! stays safe). Only when a create would not fit under the bound is usage recomputed exactly
-//! from the objects — so creates far from the limit cost O(1), and a refusal is always based on
-//! exact usage.
+//! admission hold) until the object is committed — two creators at the limit cannot both
+//! pass. Usage is kept per quota and kind as an **upper bound**: computed from the namespace's
+//! objects once, then raised by every admitted write (deletions only lower real usage, so the
+//! bound stays safe). Only when a write would not fit under the bound is usage recomputed
+//! exactly from the objects — so writes far from the limit cost O(1), and a refusal is always
+//! based on exact usage. A replica sharing its store with others keeps no bound
+//! ([`ResourceQuota::exact`]): the others' creates would not raise it.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use fabrik_machinery::quantity::{Format, Quantity};
+pub use fabrik_machinery::quota::Usage;
+use fabrik_machinery::quota::{self, describe, over};
 use serde_json::Value;
 
 use super::{Admission, Operation, Request, Verdict};
@@ -24,255 +26,70 @@ use crate::error::ApiError;
 use crate::registry::{object, ListParams, Registry};
 use crate::resources::ResourceDef;
 
-/// Usage by resource name.
-pub type Usage = BTreeMap<String, Quantity>;
-
 /// The plugin.
 #[derive(Default)]
 pub struct ResourceQuota {
     locks: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
     /// Upper bounds of usage per quota.
     bounds: Mutex<HashMap<QuotaKey, Usage>>,
+    /// Count exactly on every write (no upper bound kept): for a store that other replicas
+    /// write too, whose creates would not raise this replica's bounds.
+    exact: bool,
 }
 
-/// A quota as of its spec: namespace, UID, generation.
-type QuotaKey = (String, String, i64);
+/// A quota as of its spec, and the kind counted: namespace, UID, generation, `plural.group`.
+/// Bounds are kept per kind (each kind's resources are its own), so that an exact count of
+/// one kind never drops another kind's charges.
+type QuotaKey = (String, String, i64, String);
 
-/// A resource over its limit: name, requested, used, limit.
-pub(crate) type Excess = (String, Quantity, Quantity, Quantity);
-
-/// Upstream's `requested: k=v, used: k=v, limited: k=v` for the resources over their limit.
-pub(crate) fn describe(exceeded: &[Excess]) -> String {
-    let list = |f: &dyn Fn(&Excess) -> String| exceeded.iter().map(f).collect::<Vec<_>>().join(",");
-    format!(
-        "requested: {}, used: {}, limited: {}",
-        list(&|(k, w, _, _)| format!("{k}={w}")),
-        list(&|(k, _, u, _)| format!("{k}={u}")),
-        list(&|(k, _, _, l)| format!("{k}={l}")),
-    )
-}
-
-pub(crate) fn over(
-    used: &Usage,
-    requested: &Usage,
-    hard: &Usage,
-) -> Vec<(String, Quantity, Quantity, Quantity)> {
-    let mut out = Vec::new();
-    for (k, limit) in hard {
-        let Some(want) = requested.get(k) else {
-            continue;
-        };
-        let now = used.get(k).cloned().unwrap_or_else(zero);
-        let after = now.checked_add(want).unwrap_or(now);
-        if after > *limit {
-            out.push((k.clone(), *want, now, *limit));
-        }
-    }
-    out
-}
-
-pub(crate) fn add(usage: &mut Usage, key: &str, q: &Quantity) {
-    let next = match usage.get(key) {
-        Some(cur) => cur.checked_add(q).unwrap_or(*cur),
-        None => *q,
-    };
-    usage.insert(key.to_string(), next);
-}
-
-fn units(n: i128) -> Quantity {
-    Quantity::from_nanos(n * 1_000_000_000, Format::DecimalSI)
-        .expect("small constants are in range")
-}
-
-pub(crate) fn zero() -> Quantity {
-    units(0)
-}
-
-fn one() -> Quantity {
-    units(1)
-}
-
-/// Requests or limits of a pod: the sum over containers, or the largest init container's
-/// when larger, plus the pod overhead (upstream's effective pod resources).
-pub fn pod_resources(pod: &Value, field: &str) -> Usage {
-    let spec = &pod["spec"];
-    let mut sum = Usage::new();
-    for c in spec["containers"].as_array().into_iter().flatten() {
-        for (k, v) in c["resources"][field].as_object().into_iter().flatten() {
-            if let Ok(q) = Quantity::from_json(v) {
-                add(&mut sum, k, &q);
-            }
-        }
-    }
-    for c in spec["initContainers"].as_array().into_iter().flatten() {
-        for (k, v) in c["resources"][field].as_object().into_iter().flatten() {
-            if let Ok(q) = Quantity::from_json(v) {
-                if sum.get(k).is_none_or(|cur| q > *cur) {
-                    sum.insert(k.clone(), q);
-                }
-            }
-        }
-    }
-    for (k, v) in spec["overhead"].as_object().into_iter().flatten() {
-        if let Ok(q) = Quantity::from_json(v) {
-            add(&mut sum, k, &q);
-        }
-    }
-    sum
-}
-
-fn is_terminal(pod: &Value) -> bool {
-    matches!(
-        pod["status"]["phase"].as_str(),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-fn best_effort(pod: &Value) -> bool {
-    pod_resources(pod, "requests").is_empty() && pod_resources(pod, "limits").is_empty()
-}
-
-/// Whether a pod is in all of a quota's scopes.
-fn in_scopes(quota: &Value, pod: &Value) -> bool {
-    let terminating = pod["spec"]["activeDeadlineSeconds"].is_i64();
-    let mut scopes: Vec<String> = quota["spec"]["scopes"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|s| s.as_str().map(str::to_string))
-        .collect();
-    for expr in quota["spec"]["scopeSelector"]["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        let scope = expr["scopeName"].as_str().unwrap_or("");
-        if scope == "PriorityClass" {
-            let class = pod["spec"]["priorityClassName"].as_str().unwrap_or("");
-            let values: Vec<&str> = expr["values"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(Value::as_str)
-                .collect();
-            let ok = match expr["operator"].as_str() {
-                Some("In") => values.contains(&class),
-                Some("NotIn") => !values.contains(&class),
-                Some("Exists") => !class.is_empty(),
-                Some("DoesNotExist") => class.is_empty(),
-                _ => false,
-            };
-            if !ok {
-                return false;
-            }
-        } else if expr["operator"].as_str() == Some("Exists") {
-            scopes.push(scope.to_string());
-        }
-    }
-    scopes.iter().all(|s| match s.as_str() {
-        "Terminating" => terminating,
-        "NotTerminating" => !terminating,
-        "BestEffort" => best_effort(pod),
-        "NotBestEffort" => !best_effort(pod),
-        _ => true,
-    })
-}
-
-/// What one object counts against quotas.
+/// What one object counts against quotas (see [`fabrik_machinery::quota::usage`]).
 pub fn usage_of(def: &ResourceDef, obj: &Value) -> Usage {
-    let mut usage = Usage::new();
-    let count_key = if def.group.is_empty() {
-        format!("count/{}", def.plural)
-    } else {
-        format!("count/{}.{}", def.plural, def.group)
-    };
-    usage.insert(count_key, one());
-    if def.group.is_empty() {
-        match def.plural.as_str() {
-            "pods" => {
-                if is_terminal(obj) {
-                    return Usage::new();
-                }
-                usage.insert("pods".into(), one());
-                for (k, q) in pod_resources(obj, "requests") {
-                    if k == "cpu" || k == "memory" || k == "ephemeral-storage" {
-                        usage.insert(k.clone(), q);
-                    }
-                    usage.insert(format!("requests.{k}"), q);
-                }
-                for (k, q) in pod_resources(obj, "limits") {
-                    usage.insert(format!("limits.{k}"), q);
-                    // Extended resources: the request is the limit when only a limit is set.
-                    if k.contains('/') && !usage.contains_key(&format!("requests.{k}")) {
-                        usage.insert(format!("requests.{k}"), q);
-                    }
-                }
-            }
-            "services" => {
-                usage.insert("services".into(), one());
-                match obj["spec"]["type"].as_str() {
-                    Some("NodePort") => {
-                        usage.insert("services.nodeports".into(), one());
-                    }
-                    Some("LoadBalancer") => {
-                        usage.insert("services.loadbalancers".into(), one());
-                        usage.insert("services.nodeports".into(), one());
-                    }
-                    _ => {}
-                }
-            }
-            "persistentvolumeclaims" => {
-                usage.insert("persistentvolumeclaims".into(), one());
-                if let Ok(q) = Quantity::from_json(&obj["spec"]["resources"]["requests"]["storage"])
-                {
-                    if let Some(class) = obj["spec"]["storageClassName"].as_str() {
-                        usage.insert(
-                            format!("{class}.storageclass.storage.k8s.io/requests.storage"),
-                            q,
-                        );
-                    }
-                    usage.insert("requests.storage".into(), q);
-                }
-            }
-            "configmaps" | "secrets" | "replicationcontrollers" | "resourcequotas" => {
-                usage.insert(def.plural.clone(), one());
-            }
-            _ => {}
+    quota::usage(&def.group, &def.plural, obj)
+}
+
+/// What a write charges: all of a create's usage; an update's increase (services and claims
+/// only, as upstream). Zeros left out.
+pub(crate) fn charge(req: &Request<'_>, obj: &Value, old: Option<&Value>) -> Usage {
+    match (req.op, old) {
+        (Operation::Create, _) => usage_of(req.def, obj)
+            .into_iter()
+            .filter(|(_, q)| !q.is_zero())
+            .collect(),
+        (Operation::Update, Some(old))
+            if quota::counts_updates(&req.def.group, &req.def.plural) =>
+        {
+            quota::increase(&usage_of(req.def, obj), &usage_of(req.def, old))
         }
+        _ => Usage::new(),
     }
-    usage
 }
 
-fn hard_of(quota: &Value) -> Usage {
-    quota["spec"]["hard"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter_map(|(k, v)| Quantity::from_json(v).ok().map(|q| (k.clone(), q)))
-        .collect()
-}
-
-/// The namespace's current usage of `keys` by objects of `def`'s kind.
+/// The namespace's current usage of a quota by objects of `def`'s kind (an updated object
+/// as stored: the update charges its increase on top).
 async fn current_usage(
     registry: &Registry,
     def: &ResourceDef,
     ns: &str,
     quota: &Value,
 ) -> Result<Usage, ApiError> {
-    let mut total = Usage::new();
     let page = registry.list(def, Some(ns), &ListParams::default()).await?;
-    for obj in &page.items {
-        if def.group.is_empty() && def.plural == "pods" && !in_scopes(quota, obj) {
-            continue;
-        }
-        for (k, q) in usage_of(def, obj) {
-            add(&mut total, &k, &q);
-        }
-    }
-    Ok(total)
+    let hard = quota::hard_of(&quota["spec"]);
+    let items = page
+        .items
+        .iter()
+        .map(|o| (def.group.as_str(), def.plural.as_str(), o));
+    Ok(quota::used(&quota["spec"], &hard, items))
 }
 
 impl ResourceQuota {
+    /// A plugin that counts exactly on every write, for a store other replicas write too.
+    pub fn exact() -> ResourceQuota {
+        ResourceQuota {
+            exact: true,
+            ..ResourceQuota::default()
+        }
+    }
+
     fn lock_for(&self, ns: &str) -> Arc<tokio::sync::RwLock<()>> {
         match self.locks.lock() {
             Ok(mut m) => m.entry(ns.to_string()).or_default().clone(),
@@ -294,9 +111,7 @@ impl ResourceQuota {
         if fits && !dry_run {
             for (key, _) in keys {
                 let b = bounds.entry(key.clone()).or_default();
-                for (k, q) in requested {
-                    add(b, k, q);
-                }
+                quota::add_all(b, requested);
             }
         }
         fits
@@ -313,19 +128,18 @@ impl Admission for ResourceQuota {
         &self,
         req: &Request<'_>,
         obj: &Value,
-        _old: Option<&Value>,
+        old: Option<&Value>,
     ) -> Result<Verdict, ApiError> {
-        let (Operation::Create, Some(ns), None) = (req.op, req.namespace, req.subresource) else {
+        let (Some(ns), None) = (req.namespace, req.subresource) else {
             return Ok(Verdict::ok());
         };
-        let requested = usage_of(req.def, obj);
+        let requested = charge(req, obj, old);
         if requested.is_empty() {
             return Ok(Verdict::ok());
         }
         let Some(quota_def) = req.registry.resource("", "v1", "resourcequotas") else {
             return Ok(Verdict::ok());
         };
-        let is_pod = req.is_core("pods");
         let quotas: Vec<Value> = req
             .registry
             .list(&quota_def, Some(ns), &ListParams::default())
@@ -333,8 +147,12 @@ impl Admission for ResourceQuota {
             .items
             .into_iter()
             .filter(|q| !object::is_deleting(q))
-            .filter(|q| !is_pod || in_scopes(q, obj))
-            .filter(|q| hard_of(q).keys().any(|k| requested.contains_key(k)))
+            .filter(|q| quota::in_scopes(&q["spec"], &req.def.group, &req.def.plural, obj))
+            .filter(|q| {
+                quota::hard_of(&q["spec"])
+                    .keys()
+                    .any(|k| requested.contains_key(k))
+            })
             .collect();
         if quotas.is_empty() {
             return Ok(Verdict::ok());
@@ -347,23 +165,25 @@ impl Admission for ResourceQuota {
                         ns.to_string(),
                         q["metadata"]["uid"].as_str().unwrap_or("").to_string(),
                         q["metadata"]["generation"].as_i64().unwrap_or(0),
+                        format!("{}.{}", req.def.plural, req.def.group),
                     ),
-                    hard_of(q),
+                    quota::hard_of(&q["spec"]),
                 )
             })
             .collect();
         let lock = self.lock_for(ns);
-        // Fast path: the create fits under every bound. Creates in flight hold the lock for
+        // Fast path: the write fits under every bound. Writes in flight hold the lock for
         // reading until they are committed.
-        let read = lock.clone().read_owned().await;
-        if self.try_charge(&keys, &requested, req.dry_run) {
-            return Ok(Verdict {
-                warnings: Vec::new(),
-                hold: Some(Box::new(read)),
-            });
+        if !self.exact {
+            let read = lock.clone().read_owned().await;
+            if self.try_charge(&keys, &requested, req.dry_run) {
+                return Ok(Verdict {
+                    warnings: Vec::new(),
+                    hold: Some(Box::new(read)),
+                });
+            }
         }
-        drop(read);
-        // Slow path: wait until no create is in flight, then count exactly.
+        // Slow path: wait until no write is in flight, then count exactly.
         let write = lock.clone().write_owned().await;
         for (quota, (key, hard)) in quotas.iter().zip(&keys) {
             let used = current_usage(req.registry, req.def, ns, quota).await?;
@@ -394,22 +214,74 @@ impl Admission for ResourceQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::registry::{Part, WriteOptions};
+    use crate::resources::Catalog;
+    use fabrik_store::{SledBackend, SledConfig, Store};
     use serde_json::json;
 
+    async fn create(reg: &Registry, plural: &str, obj: Value) -> Result<Value, ApiError> {
+        let def = reg.catalog().get("", "v1", plural).expect("served");
+        reg.create(&def, Some("default"), obj, &WriteOptions::default())
+            .await
+            .map(|w| w.object)
+    }
+
+    /// Counting one kind exactly never drops what another kind was charged, and an update
+    /// that takes node ports is charged.
+    #[tokio::test]
+    async fn kinds_keep_their_own_bounds_and_updates_are_charged() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+        let store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+        let reg = Registry::new(store, Arc::new(Catalog::builtin()));
+        crate::cluster::bootstrap(&reg).await.expect("bootstrap");
+        create(
+            &reg,
+            "resourcequotas",
+            json!({"metadata": {"name": "q"},
+            "spec": {"hard": {"pods": "1", "services": "1", "services.nodeports": "0"}}}),
+        )
+        .await
+        .expect("quota");
+        let svc =
+            |name: &str| json!({"metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}});
+        let pod = |name: &str| json!({"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": "x"}]}});
+        let first = create(&reg, "services", svc("s1")).await.expect("s1");
+        create(&reg, "pods", pod("p1")).await.expect("p1");
+        // Over: the pod's exact count (p2) must not have reset the services' charge.
+        create(&reg, "pods", pod("p2"))
+            .await
+            .expect_err("p2 over pods=1");
+        let err = create(&reg, "services", svc("s2"))
+            .await
+            .expect_err("s2 over services=1");
+        assert!(err.to_string().contains("exceeded quota: q"), "{err}");
+        let mut turned = first.clone();
+        turned["spec"]["type"] = json!("NodePort");
+        let def = reg.catalog().get("", "v1", "services").expect("served");
+        let err = reg
+            .update(
+                &def,
+                Some("default"),
+                "s1",
+                turned,
+                Part::Main,
+                &WriteOptions::default(),
+            )
+            .await
+            .expect_err("NodePort over services.nodeports=0");
+        assert!(err.to_string().contains("services.nodeports"), "{err}");
+    }
+
     #[test]
-    fn pod_usage_counts_requests_limits_and_init_containers() {
-        let pod = json!({"spec": {
-            "containers": [
-                {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"nvidia.com/gpu": "2"}}},
-                {"resources": {"requests": {"cpu": "250m"}}},
-            ],
-            "initContainers": [{"resources": {"requests": {"cpu": "2"}}}],
-        }});
-        let r = pod_resources(&pod, "requests");
-        assert_eq!(r["cpu"], "2".parse::<Quantity>().expect("q"));
-        assert_eq!(r["memory"], "1Gi".parse::<Quantity>().expect("q"));
-        let quota = json!({"spec": {"scopes": ["NotBestEffort"]}});
-        assert!(in_scopes(&quota, &pod));
-        assert!(!in_scopes(&quota, &json!({"spec": {"containers": [{}]}})));
+    fn updates_charge_their_increase() {
+        let catalog = Catalog::builtin();
+        let services = catalog
+            .get("", "v1", "services")
+            .expect("services are built in");
+        let old = json!({"spec": {"type": "ClusterIP", "ports": [{"port": 80}]}});
+        let new = json!({"spec": {"type": "NodePort", "ports": [{"port": 80}]}});
+        let u = quota::increase(&usage_of(&services, &new), &usage_of(&services, &old));
+        assert_eq!(u.keys().collect::<Vec<_>>(), vec!["services.nodeports"]);
     }
 }

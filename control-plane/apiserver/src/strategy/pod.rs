@@ -1,7 +1,7 @@
 //! Pods: upstream defaulting, validation, the immutable spec, QoS class, graceful deletion,
 //! field selectors and the `kubectl get pods` columns.
 
-use fabrik_machinery::quantity::Quantity;
+use fabrik_machinery::resources;
 use fabrik_machinery::validation::{self, FieldError};
 use serde_json::{json, Value};
 
@@ -88,6 +88,20 @@ pub(crate) fn default_pod_spec(spec: &mut Value) {
     }
 }
 
+/// Whether a container's `resources` asks for nothing (absent, `{}`, empty lists).
+fn no_resources(r: &Value) -> bool {
+    match r {
+        Value::Null => true,
+        Value::Object(o) => o.values().all(|v| match v {
+            Value::Null => true,
+            Value::Object(m) => m.is_empty(),
+            Value::Array(a) => a.is_empty(),
+            _ => false,
+        }),
+        _ => false,
+    }
+}
+
 /// Validates a pod spec at `path` (`spec`, or `spec.template.spec` for workloads).
 pub(crate) fn validate_pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
     let mut errs = Vec::new();
@@ -143,23 +157,41 @@ pub(crate) fn validate_pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
                     }
                 }
             }
-            for kind in ["limits", "requests"] {
-                for (k, v) in c["resources"][kind].as_object().into_iter().flatten() {
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    if text.parse::<Quantity>().is_err() {
-                        errs.push(invalid(
-                            format!("{at}.resources.{kind}[{k}]"),
-                            &text,
-                            "must match the regex ^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$",
-                        ));
-                    }
+            // Upstream resource rules: non-negative, whole extended resources, requests equal
+            // to limits where overcommit is not allowed (quota counts what is validated here).
+            errs.extend(resources::validate_container_resources(
+                &c["resources"],
+                &format!("{at}.resources"),
+            ));
+            match (list, c["restartPolicy"].as_str()) {
+                (_, None) | ("initContainers", Some("Always")) => {}
+                ("initContainers", Some(p)) => {
+                    errs.push(not_supported(format!("{at}.restartPolicy"), p, &["Always"]));
                 }
+                (_, Some(_)) => errs.push(forbidden(
+                    format!("{at}.restartPolicy"),
+                    "may not be set for non-init containers",
+                )),
             }
         }
     }
+    for (i, c) in spec["ephemeralContainers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if !no_resources(&c["resources"]) {
+            errs.push(forbidden(
+                format!("{path}.ephemeralContainers[{i}].resources"),
+                "cannot be set for an Ephemeral Container",
+            ));
+        }
+    }
+    errs.extend(resources::validate_pod_resources(
+        &spec["resources"],
+        &format!("{path}.resources"),
+    ));
     if let Some(p) = spec["restartPolicy"].as_str() {
         if !RESTART_POLICIES.contains(&p) {
             errs.push(not_supported(
@@ -403,6 +435,57 @@ mod tests {
         assert!(fields.contains(&"spec.containers[0].image".to_string()));
         assert!(fields.contains(&"spec.containers[1].name".to_string()));
         assert!(fields.contains(&"spec.restartPolicy".to_string()));
+    }
+
+    #[test]
+    fn resources_are_validated_as_upstream() {
+        let with = |containers: Value| {
+            let mut p = json!({"metadata": {"name": "p"}, "spec": {"containers": containers}});
+            PodStrategy.prepare_for_create(&mut p);
+            PodStrategy
+                .validate(&p)
+                .into_iter()
+                .map(|e| e.field)
+                .collect::<Vec<_>>()
+        };
+        let gpu = |l: &str, r: &str| json!({"limits": {"nvidia.com/gpu": l}, "requests": {"nvidia.com/gpu": r}});
+        assert!(with(json!([{"name": "a", "image": "x", "resources": gpu("1", "1")}])).is_empty());
+        assert_eq!(
+            with(
+                json!([{"name": "a", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "-3"}}}])
+            ),
+            vec![
+                "spec.containers[0].resources.limits[nvidia.com/gpu]",
+                "spec.containers[0].resources.requests[nvidia.com/gpu]"
+            ]
+        );
+        assert_eq!(
+            with(json!([{"name": "a", "image": "x", "resources": gpu("2", "1")}])),
+            vec!["spec.containers[0].resources.requests"]
+        );
+        assert_eq!(
+            with(json!([{"name": "a", "image": "x", "resources": gpu("0.5", "0.5")}])).len(),
+            2
+        );
+        let mut p = json!({"metadata": {"name": "p"}, "spec": {
+            "initContainers": [{"name": "i", "image": "x", "restartPolicy": "Never"}],
+            "containers": [{"name": "a", "image": "x", "restartPolicy": "Always"}],
+            "ephemeralContainers": [{"name": "e", "image": "x", "resources": gpu("1", "1")}],
+        }});
+        PodStrategy.prepare_for_create(&mut p);
+        let fields: Vec<String> = PodStrategy
+            .validate(&p)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.initContainers[0].restartPolicy",
+                "spec.containers[0].restartPolicy",
+                "spec.ephemeralContainers[0].resources"
+            ]
+        );
     }
 
     #[test]
