@@ -1,27 +1,24 @@
 //! ResourceQuota status: `status.hard` is `spec.hard`, `status.used` what the namespace uses of
 //! each resource named there.
 //!
-//! Counted: `pods` (not Succeeded / Failed), `services` (and `services.loadbalancers`,
-//! `services.nodeports`), `configmaps`, `secrets`, `persistentvolumeclaims`,
-//! `replicationcontrollers`, `resourcequotas`, `count/<resource>[.<group>]` for the kinds in
-//! [`COUNTED`]; pod `requests.<name>` / `limits.<name>` for any resource (cpu, memory,
-//! `nvidia.com/gpu`, …, bare `cpu` / `memory` meaning requests) as upstream sums them (app
-//! containers added, init containers as a maximum, plus overhead); claims' `requests.storage`,
-//! per storage class too. Scopes `Terminating`, `NotTerminating`, `BestEffort` and
-//! `NotBestEffort` narrow the pods counted. Enforcement at admission is not done here.
+//! What each object counts and which objects a quota's scopes (`scopes` and `scopeSelector`)
+//! take in is [`fabrik_machinery::quota`]'s — the function quota admission charges with, so
+//! that what is reported and what is enforced are the same: pods (not finished) with their
+//! requests and limits as upstream computes them (sidecars added to the app containers, init
+//! containers as a maximum, overhead), Services with their node ports and load balancers,
+//! claims with their storage (per class too), and `count/<resource>[.<group>]` for the kinds
+//! in [`COUNTED`]. Resources of other kinds are not reported. Enforcement at admission is not
+//! done here.
 //!
 //! Woken by changes to ResourceQuotas and to every counted kind in their namespace.
-
-pub mod quantity;
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 
+use fabrik_machinery::quota;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{
-    PersistentVolumeClaim, Pod, ResourceQuota, ResourceRequirements, Service,
-};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ResourceQuota, Service};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
@@ -123,221 +120,77 @@ fn quotas_in(store: &Store<ResourceQuota>, ns: Option<&str>) -> Vec<ObjectRef<Re
         .collect()
 }
 
-/// What a namespace holds, as far as its quotas ask.
-#[derive(Debug, Default)]
-pub struct Objects {
-    /// Its pods.
-    pub pods: Vec<Pod>,
-    /// Its services.
-    pub services: Vec<Service>,
-    /// Its claims.
-    pub claims: Vec<PersistentVolumeClaim>,
-    /// Object counts by quota resource name (`configmaps`, `deployments.apps`).
-    pub counts: BTreeMap<String, usize>,
+/// The kind (a [`COUNTED`] resource name) whose objects a quota resource counts, if any:
+/// `requests.cpu` → `pods`, `services.nodeports` → `services`, `count/jobs.batch` →
+/// `jobs.batch`, `gold.storageclass.storage.k8s.io/requests.storage` → claims.
+pub fn kind_of(key: &str) -> Option<&'static str> {
+    let counted = |name: &str| COUNTED.iter().map(|(r, ..)| *r).find(|r| *r == name);
+    if key == "requests.storage" || key.contains(".storageclass.storage.k8s.io/") {
+        return Some("persistentvolumeclaims");
+    }
+    if let Some(name) = key.strip_prefix("count/") {
+        return counted(name);
+    }
+    if key == "services" || key.starts_with("services.") {
+        return Some("services");
+    }
+    if matches!(key, "pods" | "cpu" | "memory" | "ephemeral-storage")
+        || key.starts_with("hugepages-")
+        || key.starts_with("requests.")
+        || key.starts_with("limits.")
+    {
+        return Some("pods");
+    }
+    counted(key).filter(|r| !r.contains('.'))
 }
 
-/// The quota resource names (`deployments.apps`) whose objects must be counted for `hard`.
-pub fn needed_counts(hard: &BTreeMap<String, Quantity>) -> Vec<&'static str> {
-    COUNTED
+/// What a namespace holds, as far as its quotas ask: the objects of each kind listed, by
+/// [`COUNTED`] resource name (kinds not listed are not reported).
+#[derive(Debug, Default)]
+pub struct Objects {
+    /// Objects by resource name (`pods`, `deployments.apps`); only what usage needs of them
+    /// (for kinds counted by number only, their metadata).
+    pub by_kind: BTreeMap<String, Vec<Value>>,
+}
+
+/// `status.used` for a quota with this spec (`spec` as JSON, for its scopes) and `hard`:
+/// [`fabrik_machinery::quota`]'s usage — the one quota admission charges — of the
+/// namespace's objects, for each resource of `hard` whose kind was listed.
+pub fn used(
+    spec: &Value,
+    hard: &BTreeMap<String, Quantity>,
+    objects: &Objects,
+) -> BTreeMap<String, Quantity> {
+    let limits: quota::Usage = hard
         .iter()
-        .map(|(r, ..)| *r)
-        .filter(|r| {
-            hard.contains_key(&format!("count/{r}")) || (!r.contains('.') && hard.contains_key(*r))
+        .filter_map(|(k, q)| {
+            fabrik_machinery::quantity::Quantity::from_json(&Value::String(q.0.clone()))
+                .ok()
+                .map(|q| (k.clone(), q))
+        })
+        .collect();
+    let items = objects.by_kind.iter().flat_map(|(resource, objs)| {
+        let (plural, group) = resource.split_once('.').unwrap_or((resource.as_str(), ""));
+        objs.iter().map(move |o| (group, plural, o))
+    });
+    let total = quota::used(spec, &limits, items);
+    hard.keys()
+        .filter(|k| kind_of(k).is_some_and(|kind| objects.by_kind.contains_key(kind)))
+        .map(|k| {
+            let q = total
+                .get(k)
+                .copied()
+                .unwrap_or(fabrik_machinery::quantity::Quantity::ZERO);
+            (k.clone(), Quantity(q.to_string()))
         })
         .collect()
 }
 
-fn add(map: &mut BTreeMap<String, i128>, key: String, milli: i128) {
-    *map.entry(key).or_insert(0) += milli;
-}
-
-fn container_amounts(r: Option<&ResourceRequirements>, prefix: &str) -> BTreeMap<String, i128> {
-    let mut out = BTreeMap::new();
-    let list = match prefix {
-        "requests" => r.and_then(|r| r.requests.as_ref().or(r.limits.as_ref())),
-        _ => r.and_then(|r| r.limits.as_ref()),
-    };
-    for (name, q) in list.into_iter().flatten() {
-        if let Ok(m) = quantity::parse_milli(&q.0) {
-            add(&mut out, name.clone(), m);
-        }
-    }
-    // A container's requests default to its limits resource by resource.
-    if prefix == "requests" {
-        if let Some(limits) = r.and_then(|r| r.limits.as_ref()) {
-            for (name, q) in limits {
-                if !out.contains_key(name) {
-                    if let Ok(m) = quantity::parse_milli(&q.0) {
-                        out.insert(name.clone(), m);
-                    }
-                }
-            }
-        }
-    }
-    out
-}
-
-/// A pod's effective `requests.<name>` and `limits.<name>` (app containers summed, init
-/// containers as a maximum, overhead added).
-pub fn pod_amounts(pod: &Pod) -> BTreeMap<String, i128> {
-    let mut out = BTreeMap::new();
-    let Some(spec) = pod.spec.as_ref() else {
-        return out;
-    };
-    for prefix in ["requests", "limits"] {
-        let mut sum: BTreeMap<String, i128> = BTreeMap::new();
-        for c in &spec.containers {
-            for (k, v) in container_amounts(c.resources.as_ref(), prefix) {
-                add(&mut sum, k, v);
-            }
-        }
-        for c in spec.init_containers.iter().flatten() {
-            for (k, v) in container_amounts(c.resources.as_ref(), prefix) {
-                let e = sum.entry(k).or_insert(0);
-                *e = (*e).max(v);
-            }
-        }
-        for (k, q) in spec.overhead.iter().flatten() {
-            if let Ok(m) = quantity::parse_milli(&q.0) {
-                add(&mut sum, k.clone(), m);
-            }
-        }
-        for (k, v) in sum {
-            out.insert(format!("{prefix}.{k}"), v);
-        }
-    }
-    out
-}
-
-fn best_effort(pod: &Pod) -> bool {
-    pod.spec.iter().all(|s| {
-        s.containers
-            .iter()
-            .chain(s.init_containers.iter().flatten())
-            .all(|c| {
-                c.resources.as_ref().is_none_or(|r| {
-                    r.requests.as_ref().is_none_or(|m| m.is_empty())
-                        && r.limits.as_ref().is_none_or(|m| m.is_empty())
-                })
-            })
-    })
-}
-
-/// Whether `pod` is in every one of `scopes` (unknown scopes match nothing).
-pub fn pod_in_scopes(pod: &Pod, scopes: &[String]) -> bool {
-    let terminating = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.active_deadline_seconds)
-        .is_some_and(|s| s >= 0);
-    scopes.iter().all(|s| match s.as_str() {
-        "Terminating" => terminating,
-        "NotTerminating" => !terminating,
-        "BestEffort" => best_effort(pod),
-        "NotBestEffort" => !best_effort(pod),
-        _ => false,
-    })
-}
-
-/// `status.used` for `hard` given the namespace's objects (pods already narrowed to the
-/// quota's scopes).
-pub fn used(hard: &BTreeMap<String, Quantity>, objects: &Objects) -> BTreeMap<String, Quantity> {
-    let live: Vec<&Pod> = objects
-        .pods
+fn to_values<K: serde::Serialize>(items: Vec<K>) -> Vec<Value> {
+    items
         .iter()
-        .filter(|p| {
-            !matches!(
-                p.status.as_ref().and_then(|s| s.phase.as_deref()),
-                Some("Succeeded" | "Failed")
-            )
-        })
-        .collect();
-    let mut pod_sums: BTreeMap<String, i128> = BTreeMap::new();
-    for p in &live {
-        for (k, v) in pod_amounts(p) {
-            add(&mut pod_sums, k, v);
-        }
-    }
-    let mut storage: BTreeMap<String, i128> = BTreeMap::new();
-    for c in &objects.claims {
-        let class = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.storage_class_name.clone())
-            .unwrap_or_default();
-        let req = c
-            .spec
-            .as_ref()
-            .and_then(|s| s.resources.as_ref())
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("storage"))
-            .and_then(|q| quantity::parse_milli(&q.0).ok())
-            .unwrap_or(0);
-        add(&mut storage, "requests.storage".into(), req);
-        add(&mut storage, "persistentvolumeclaims".into(), 1000);
-        if !class.is_empty() {
-            let prefix = format!("{class}.storageclass.storage.k8s.io/");
-            add(&mut storage, format!("{prefix}requests.storage"), req);
-            add(
-                &mut storage,
-                format!("{prefix}persistentvolumeclaims"),
-                1000,
-            );
-        }
-    }
-    let count = |n: usize| (n as i128) * 1000;
-    let mut out = BTreeMap::new();
-    for key in hard.keys() {
-        let binary = hard.get(key).is_some_and(|q| q.0.ends_with('i'));
-        let milli: Option<i128> = match key.as_str() {
-            "pods" | "count/pods" => Some(count(live.len())),
-            "services" | "count/services" => Some(count(objects.services.len())),
-            "services.loadbalancers" => Some(count(
-                objects
-                    .services
-                    .iter()
-                    .filter(|s| {
-                        s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
-                    })
-                    .count(),
-            )),
-            "services.nodeports" => Some(count(
-                objects
-                    .services
-                    .iter()
-                    .filter_map(|s| s.spec.as_ref())
-                    .filter(|s| matches!(s.type_.as_deref(), Some("NodePort" | "LoadBalancer")))
-                    .flat_map(|s| s.ports.iter().flatten())
-                    .filter(|p| p.node_port.is_some())
-                    .count(),
-            )),
-            "cpu" | "memory" | "ephemeral-storage" => Some(
-                pod_sums
-                    .get(&format!("requests.{key}"))
-                    .copied()
-                    .unwrap_or(0),
-            ),
-            k if storage_key(k) => Some(storage.get(k).copied().unwrap_or(0)),
-            k if k.starts_with("requests.") || k.starts_with("limits.") => {
-                Some(pod_sums.get(k).copied().unwrap_or(0))
-            }
-            k => {
-                let name = k.strip_prefix("count/").unwrap_or(k);
-                objects.counts.get(name).map(|n| count(*n))
-            }
-        };
-        if let Some(m) = milli {
-            out.insert(key.clone(), Quantity(quantity::format_milli(m, binary)));
-        }
-    }
-    out
-}
-
-fn storage_key(k: &str) -> bool {
-    k == "requests.storage"
-        || k == "persistentvolumeclaims"
-        || k == "count/persistentvolumeclaims"
-        || (k.contains(".storageclass.storage.k8s.io/"))
+        .filter_map(|o| serde_json::to_value(o).ok())
+        .collect()
 }
 
 async fn list<K>(api: Api<K>, what: &str) -> Result<Vec<K>>
@@ -357,50 +210,40 @@ async fn reconcile(quota: Arc<ResourceQuota>, ctx: Arc<Context>) -> Result<Actio
     let hard = spec.hard.clone().unwrap_or_default();
     let client = ctx.client.clone();
     let mut objects = Objects::default();
-    let needs = |p: &str| hard.keys().any(|k| k.starts_with(p));
-    if hard.keys().any(|k| {
-        k == "pods"
-            || k == "count/pods"
-            || k == "cpu"
-            || k == "memory"
-            || k == "ephemeral-storage"
-            || ((k.starts_with("requests.") || k.starts_with("limits.")) && !storage_key(k))
-    }) {
-        let scopes = spec.scopes.clone().unwrap_or_default();
-        objects.pods = list(Api::<Pod>::namespaced(client.clone(), &ns), "pods")
-            .await?
-            .into_iter()
-            .filter(|p| pod_in_scopes(p, &scopes))
-            .collect();
-    }
-    if needs("services") || needs("count/services") {
-        objects.services =
-            list(Api::<Service>::namespaced(client.clone(), &ns), "services").await?;
-    }
-    if hard.keys().any(|k| storage_key(k)) {
-        objects.claims = list(
-            Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
-            "persistentvolumeclaims",
-        )
-        .await?;
-    }
-    for resource in needed_counts(&hard) {
-        if matches!(resource, "pods" | "services" | "persistentvolumeclaims") {
-            continue;
-        }
+    let kinds: std::collections::BTreeSet<&'static str> =
+        hard.keys().filter_map(|k| kind_of(k)).collect();
+    for resource in kinds {
         let Some((_, group, version, kind)) = COUNTED.iter().find(|(r, ..)| *r == resource) else {
             continue;
         };
-        let ar = api_resource(group, version, kind);
-        let n = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
-            .list_metadata(&ListParams::default())
-            .await
-            .map_err(|e| Error::List(resource.to_string(), e))?
-            .items
-            .len();
-        objects.counts.insert(resource.to_string(), n);
+        let items: Vec<Value> = match resource {
+            "pods" => to_values(list(Api::<Pod>::namespaced(client.clone(), &ns), "pods").await?),
+            "services" => {
+                to_values(list(Api::<Service>::namespaced(client.clone(), &ns), "services").await?)
+            }
+            "persistentvolumeclaims" => to_values(
+                list(
+                    Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
+                    "persistentvolumeclaims",
+                )
+                .await?,
+            ),
+            _ => {
+                let ar = api_resource(group, version, kind);
+                let n = Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+                    .list_metadata(&ListParams::default())
+                    .await
+                    .map_err(|e| Error::List(resource.to_string(), e))?
+                    .items
+                    .len();
+                // Counted by number only: what each counts does not depend on its fields.
+                vec![Value::Null; n]
+            }
+        };
+        objects.by_kind.insert(resource.to_string(), items);
     }
-    let used = used(&hard, &objects);
+    let spec_value = serde_json::to_value(&spec).unwrap_or(Value::Null);
+    let used = used(&spec_value, &hard, &objects);
     let old = quota.status.clone().unwrap_or_default();
     if old.hard.as_ref() != Some(&hard) || old.used.as_ref() != Some(&used) {
         let patch = json!({"status": {
@@ -440,66 +283,81 @@ mod tests {
         Quantity(s.into())
     }
 
-    fn pod(value: Value) -> Pod {
-        serde_json::from_value(value).expect("pod")
+    fn hard(keys: &[&str]) -> BTreeMap<String, Quantity> {
+        keys.iter()
+            .map(|k| {
+                (
+                    k.to_string(),
+                    q(if k.contains("memory") || k.contains("storage") {
+                        "10Gi"
+                    } else {
+                        "10"
+                    }),
+                )
+            })
+            .collect()
     }
 
     #[test]
     fn sums_pods_claims_and_counts() {
-        let web = pod(json!({"spec": {"containers": [
+        let web = json!({"spec": {"containers": [
             {"name": "a", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"},
                                         "limits": {"cpu": "1", "nvidia.com/gpu": "1"}}},
             {"name": "b", "resources": {"requests": {"cpu": "250m", "memory": "64Mi"}}},
         ], "initContainers": [
             {"name": "i", "resources": {"requests": {"cpu": "2"}}},
-        ]}}));
-        let done = pod(json!({"spec": {"containers": [{"name": "a",
-            "resources": {"requests": {"cpu": "5"}}}]}, "status": {"phase": "Succeeded"}}));
-        let claim: PersistentVolumeClaim = serde_json::from_value(json!({"spec": {
-            "storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}}}))
-        .expect("claim");
+            {"name": "s", "restartPolicy": "Always",
+             "resources": {"limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}},
+        ]}});
+        let done = json!({"spec": {"containers": [{"name": "a",
+            "resources": {"requests": {"cpu": "5"}}}]}, "status": {"phase": "Succeeded"}});
+        let claim = json!({"spec": {
+            "storageClassName": "fast", "resources": {"requests": {"storage": "1Gi"}}}});
+        let svc = json!({"spec": {"type": "NodePort", "ports": [{"port": 1}, {"port": 2}]}});
         let objects = Objects {
-            pods: vec![web, done],
-            services: vec![Service::default()],
-            claims: vec![claim.clone(), claim],
-            counts: [("configmaps".to_string(), 3)].into(),
+            by_kind: [
+                ("pods".to_string(), vec![web, done]),
+                ("services".to_string(), vec![svc]),
+                (
+                    "persistentvolumeclaims".to_string(),
+                    vec![claim.clone(), claim],
+                ),
+                ("configmaps".to_string(), vec![Value::Null; 3]),
+            ]
+            .into(),
         };
-        let hard: BTreeMap<String, Quantity> = [
+        let hard = hard(&[
             "pods",
+            "count/pods",
             "requests.cpu",
             "requests.memory",
             "limits.cpu",
             "requests.nvidia.com/gpu",
             "limits.memory",
             "services",
+            "services.nodeports",
+            "services.loadbalancers",
             "configmaps",
             "count/configmaps",
             "requests.storage",
             "persistentvolumeclaims",
             "fast.storageclass.storage.k8s.io/requests.storage",
             "count/deployments.apps",
-        ]
-        .iter()
-        .map(|k| {
-            (
-                k.to_string(),
-                q(if k.contains("memory") || k.contains("storage") {
-                    "10Gi"
-                } else {
-                    "10"
-                }),
-            )
-        })
-        .collect();
-        let used = used(&hard, &objects);
+        ]);
+        let used = used(&json!({}), &hard, &objects);
         let want = [
             ("pods", "1"),
+            ("count/pods", "2"),
+            // max(sidecar 0 + init 2, 0.5 of app containers)
             ("requests.cpu", "2"),
             ("requests.memory", "128Mi"),
             ("limits.cpu", "1"),
-            ("requests.nvidia.com/gpu", "1"),
+            // The sidecar's GPU adds to the app container's.
+            ("requests.nvidia.com/gpu", "2"),
             ("limits.memory", "0"),
             ("services", "1"),
+            ("services.nodeports", "2"),
+            ("services.loadbalancers", "0"),
             ("configmaps", "3"),
             ("count/configmaps", "3"),
             ("requests.storage", "2Gi"),
@@ -514,27 +372,43 @@ mod tests {
     }
 
     #[test]
-    fn scopes() {
-        let best = pod(json!({"spec": {"containers": [{"name": "a"}]}}));
-        let bounded = pod(json!({"spec": {"activeDeadlineSeconds": 5, "containers": [
-            {"name": "a", "resources": {"requests": {"cpu": "1"}}}]}}));
-        let s = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert!(pod_in_scopes(&best, &s(&["BestEffort", "NotTerminating"])));
-        assert!(!pod_in_scopes(&best, &s(&["Terminating"])));
-        assert!(pod_in_scopes(
-            &bounded,
-            &s(&["Terminating", "NotBestEffort"])
-        ));
-        assert!(!pod_in_scopes(&bounded, &s(&["PriorityClass"])));
+    fn scopes_are_admissions() {
+        let best = json!({"spec": {"containers": [{"name": "a"}]}});
+        let classy = json!({"spec": {"priorityClassName": "high", "containers": [
+            {"name": "a", "resources": {"requests": {"cpu": "1"}}}]}});
+        let objects = Objects {
+            by_kind: [("pods".to_string(), vec![best, classy])].into(),
+        };
+        let hard = hard(&["pods"]);
+        let count = |spec: Value| used(&spec, &hard, &objects)["pods"].clone();
+        assert_eq!(count(json!({})), q("2"));
+        assert_eq!(count(json!({"scopes": ["BestEffort"]})), q("1"));
+        // scopeSelector is honoured, as at admission.
         assert_eq!(
-            needed_counts(
-                &[
-                    ("count/jobs.batch".to_string(), q("1")),
-                    ("secrets".to_string(), q("1"))
-                ]
-                .into()
-            ),
-            vec!["secrets", "jobs.batch"]
+            count(json!({"scopeSelector": {"matchExpressions": [
+                {"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}})),
+            q("1")
         );
+        assert_eq!(count(json!({"scopes": ["NoSuchScope"]})), q("0"));
+    }
+
+    #[test]
+    fn keys_map_to_kinds() {
+        for (key, kind) in [
+            ("requests.cpu", Some("pods")),
+            ("cpu", Some("pods")),
+            ("requests.nvidia.com/gpu", Some("pods")),
+            ("services.nodeports", Some("services")),
+            ("requests.storage", Some("persistentvolumeclaims")),
+            (
+                "gold.storageclass.storage.k8s.io/persistentvolumeclaims",
+                Some("persistentvolumeclaims"),
+            ),
+            ("count/jobs.batch", Some("jobs.batch")),
+            ("secrets", Some("secrets")),
+            ("count/widgets.example.com", None),
+        ] {
+            assert_eq!(kind_of(key), kind, "{key}");
+        }
     }
 }
