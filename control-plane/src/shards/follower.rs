@@ -4,8 +4,9 @@
 //! A follower answers every request of the tenant's kubeconfig — reads, writes, watches — from
 //! the etcd keyspace every replica shares, so a client reaches the tenant through any replica.
 //! It runs what serving needs: the RBAC cache and the CRD controller (both follow the store,
-//! so objects and CRDs written through another replica are seen here), the tenant's pod policy
-//! as admission. It does not run the workload controllers, garbage collection, namespace
+//! so objects and CRDs written through another replica are seen here), and the tenant's
+//! admission plugins the tenant manager passes: its pod policy and its quota (the tenant quota
+//! and namespace ResourceQuotas, counted exactly since every replica writes the store). It does not run the workload controllers, garbage collection, namespace
 //! finalization, RBAC aggregation or the syncer, and it writes no bootstrap objects: the owner
 //! does all of that once.
 
@@ -58,7 +59,7 @@ impl Follower {
         tenant: &str,
         store: Arc<dyn Store>,
         settings: Settings,
-        admission: Arc<dyn Admission>,
+        admission: Vec<Arc<dyn Admission>>,
     ) -> Result<Follower, Error> {
         let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
         let mut crds = CrdController::default();
@@ -74,7 +75,9 @@ impl Follower {
                 tenant: tenant.to_string(),
                 source,
             })?;
-        server.registry().add_admission(admission);
+        for plugin in admission {
+            server.registry().add_admission(plugin);
+        }
         let rbac = server.authorizer().cache().clone();
         let tasks = vec![
             tokio::spawn(rbac.clone().run(registry.clone(), server.shutdown_signal())),
@@ -122,7 +125,7 @@ impl Followers {
         router: &Router,
         store: Arc<dyn Store>,
         settings: Settings,
-        admission: Arc<dyn Admission>,
+        admission: Vec<Arc<dyn Admission>>,
     ) -> Result<(), Error> {
         if self.contains(tenant).await {
             return Ok(());
@@ -159,5 +162,81 @@ impl Followers {
         for f in all {
             f.shutdown().await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_apiserver::admission::cluster_quota::ClusterQuota;
+    use fabrik_apiserver::registry::WriteOptions;
+    use fabrik_store::{SledBackend, SledConfig};
+    use serde_json::json;
+
+    fn pod(name: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+            "containers": [{"name": "c", "image": "x", "resources": {
+                "limits": {"nvidia.com/gpu": "1"}, "requests": {"nvidia.com/gpu": "1"}}}]}})
+    }
+
+    /// A follower enforces the tenant quota it is given, counting what the owner (another
+    /// writer of the same store) admitted: no replica is a way around the quota.
+    #[tokio::test]
+    async fn a_follower_enforces_the_tenant_quota_over_the_owner_s_writes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+        let owner_store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+        let owner = Arc::new(Registry::new(
+            owner_store.clone(),
+            Arc::new(Catalog::builtin()),
+        ));
+        fabrik_apiserver::cluster::bootstrap(&owner)
+            .await
+            .expect("bootstrap");
+        let hard: fabrik_machinery::quota::Usage = [(
+            "requests.nvidia.com/gpu".to_string(),
+            "1".parse().expect("q"),
+        )]
+        .into();
+        let quota = Arc::new(ClusterQuota::new("tenant \"t\"", hard));
+        quota.set_exact(true);
+        let follower_store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+        let follower = Follower::start(
+            "t",
+            follower_store,
+            Settings::default(),
+            vec![quota.clone()],
+        )
+        .await
+        .expect("follower");
+        let pods = owner
+            .catalog()
+            .get("", "v1", "pods")
+            .expect("pods are served");
+        // The owner admits one GPU.
+        owner
+            .create(&pods, Some("default"), pod("a"), &WriteOptions::default())
+            .await
+            .expect("first pod");
+        // The follower sees it and refuses a second.
+        let err = follower
+            .server
+            .registry()
+            .create(&pods, Some("default"), pod("b"), &WriteOptions::default())
+            .await
+            .expect_err("over the tenant quota");
+        assert_eq!(err.code(), 403, "{err}");
+        assert!(
+            err.to_string().contains("exceeded the quota of tenant"),
+            "{err}"
+        );
+        let listed = follower
+            .server
+            .registry()
+            .list(&pods, Some("default"), &Default::default())
+            .await
+            .expect("list");
+        assert_eq!(listed.items.len(), 1);
+        follower.shutdown().await;
     }
 }

@@ -248,7 +248,7 @@ impl Shards {
         keyspace: &str,
         settings: &Settings,
         public_url: &str,
-        admission: Arc<dyn Admission>,
+        admission: Vec<Arc<dyn Admission>>,
     ) -> Result<Action> {
         let name = tenant.name_any();
         self.announced.lock().await.remove(&name);

@@ -72,6 +72,13 @@ struct CreateArgs {
     /// Pod count quota.
     #[arg(long)]
     pods: Option<i64>,
+    /// Node ports the tenant may hold (`NodePort` and `LoadBalancer` Services take one per
+    /// port; host node ports are shared by every tenant). None unless given.
+    #[arg(long, value_name = "N")]
+    node_ports: Option<i64>,
+    /// `LoadBalancer` Services the tenant may have. None unless given.
+    #[arg(long, value_name = "N")]
+    load_balancers: Option<i64>,
     /// An owner: `USER` or `group:GROUP` (repeatable); owners are cluster-admin inside.
     #[arg(long = "owner", value_name = "USER|group:G")]
     owners: Vec<String>,
@@ -183,6 +190,9 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                     pods: c.pods,
                     gpus: c.gpus,
                     gpu_sharing,
+                    node_ports: c.node_ports,
+                    load_balancers: c.load_balancers,
+                    ..Default::default()
                 }),
                 ..Default::default()
             };

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fabrik_api::tenant::{host_namespace, SecretRef, Tenant, TenantStatus, TENANT_FINALIZER};
 use fabrik_apiserver::admission::cluster_quota::ClusterQuota;
+use fabrik_apiserver::admission::resource_quota::ResourceQuota as ResourceQuotaAdmission;
 use fabrik_apiserver::pki::{Ca, PkiError};
 use fabrik_apiserver::router::Router;
 use fabrik_apiserver::{Cluster, Settings};
@@ -182,7 +183,12 @@ pub fn valid_quota(tenant: &Tenant) -> Result<(), String> {
             }
         }
     }
-    for (field, value) in [("pods", q.pods), ("gpus", q.gpus)] {
+    for (field, value) in [
+        ("pods", q.pods),
+        ("gpus", q.gpus),
+        ("nodePorts", q.node_ports),
+        ("loadBalancers", q.load_balancers),
+    ] {
         if value.is_some_and(|v| v < 0) {
             return Err(format!("spec.quota.{field} must not be negative"));
         }
@@ -340,8 +346,27 @@ fn uuid_short() -> String {
         .collect()
 }
 
+/// Node ports and load balancers a tenant may hold: 0 unless its spec allows them (host node
+/// ports are shared by every tenant).
+fn service_quota(tenant: &Tenant) -> [(&'static str, i64); 2] {
+    let q = tenant.spec.quota.as_ref();
+    [
+        (
+            "services.nodeports",
+            q.and_then(|q| q.node_ports).unwrap_or(0).max(0),
+        ),
+        (
+            "services.loadbalancers",
+            q.and_then(|q| q.load_balancers).unwrap_or(0).max(0),
+        ),
+    ]
+}
+
 fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
     let mut hard = BTreeMap::new();
+    for (key, n) in service_quota(tenant) {
+        hard.insert(key.to_string(), n.to_string());
+    }
     if let Some(q) = &tenant.spec.quota {
         if let Some(c) = &q.cpu {
             hard.insert("requests.cpu".into(), c.clone());
@@ -368,13 +393,16 @@ fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
 /// `nvidia.com/gpu`, whatever the host resource they map to).
 fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_quota::Usage {
     let mut hard = fabrik_apiserver::admission::resource_quota::Usage::new();
-    let Some(q) = &tenant.spec.quota else {
-        return hard;
-    };
     let mut put = |key: &str, value: String| {
         if let Ok(v) = value.parse::<fabrik_machinery::quantity::Quantity>() {
             hard.insert(key.to_string(), v);
         }
+    };
+    for (key, n) in service_quota(tenant) {
+        put(key, n.to_string());
+    }
+    let Some(q) = &tenant.spec.quota else {
+        return hard;
     };
     if let Some(c) = &q.cpu {
         put("requests.cpu", c.clone());
@@ -634,6 +662,15 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
                 tenant_quota_hard(&tenant),
             ));
             cluster.server.registry().add_admission(quota.clone());
+            if ctx.rt.shards.get().is_some() {
+                // Other replicas write this tenant's store too (their followers): count
+                // exactly, since their writes do not raise this replica's bounds.
+                quota.set_exact(true);
+                cluster
+                    .server
+                    .registry()
+                    .add_admission(Arc::new(ResourceQuotaAdmission::exact()));
+            }
             cluster
                 .server
                 .set_pod_streams(Arc::new(crate::pod_streams::HostPods {
@@ -827,6 +864,34 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
+/// The tenant quota a follower of `tenant` enforces: the one this replica keeps for the tenant
+/// (created on first use), following the spec, counting exactly — every replica serving the
+/// tenant writes its store, so no replica's own bookkeeping sees all writes. Namespace
+/// ResourceQuotas are enforced exactly on followers for the same reason (an exact
+/// [`ResourceQuotaAdmission`] is added to their chain).
+fn follower_quota(rt: &Runtime, tenant: &Tenant) -> Arc<ClusterQuota> {
+    let name = tenant.name_any();
+    let hard = tenant_quota_hard(tenant);
+    let quota = match rt.quotas.lock() {
+        Ok(mut quotas) => quotas
+            .entry(name.clone())
+            .or_insert_with(|| {
+                Arc::new(ClusterQuota::new(
+                    &format!("tenant \"{name}\""),
+                    hard.clone(),
+                ))
+            })
+            .clone(),
+        Err(_) => Arc::new(ClusterQuota::new(
+            &format!("tenant \"{name}\""),
+            hard.clone(),
+        )),
+    };
+    quota.set_hard(hard);
+    quota.set_exact(true);
+    quota
+}
+
 /// Sharding hook: on a replica that does not own the tenant's shard, stop running the tenant
 /// (if it did) and serve it from the shared store instead; returns None when this replica runs
 /// it.
@@ -868,6 +933,13 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
             }
         }
     };
+    // ... and enforces the tenant's quota, like the owner (see `follower_quota`).
+    let quota = follower_quota(&ctx.rt, tenant);
+    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> = vec![
+        admission,
+        quota,
+        Arc::new(ResourceQuotaAdmission::exact()),
+    ];
     let rt = &ctx.rt;
     let followed = shards
         .follow(
@@ -985,6 +1057,34 @@ mod tests {
         assert!(valid_quota(&tenant(Some("500m"), Some(10))).is_ok());
         assert!(valid_quota(&tenant(Some("lots"), None)).is_err());
         assert!(valid_quota(&tenant(None, Some(-1))).is_err());
+    }
+
+    #[test]
+    fn node_ports_and_load_balancers_are_refused_unless_the_tenant_allows_them() {
+        let zero = "0".parse::<fabrik_machinery::quantity::Quantity>().expect("q");
+        // No quota at all: none, on the host and at the tenant's admission.
+        let t = tenant(None, None);
+        for key in ["services.nodeports", "services.loadbalancers"] {
+            assert_eq!(quota_hard(&t).get(key).map(String::as_str), Some("0"), "{key}");
+            assert_eq!(tenant_quota_hard(&t).get(key), Some(&zero), "{key}");
+        }
+        let mut t = tenant(Some("1"), None);
+        if let Some(q) = t.spec.quota.as_mut() {
+            q.node_ports = Some(3);
+            q.load_balancers = Some(1);
+        }
+        assert_eq!(
+            quota_hard(&t).get("services.nodeports").map(String::as_str),
+            Some("3")
+        );
+        assert_eq!(
+            tenant_quota_hard(&t).get("services.loadbalancers"),
+            Some(&"1".parse().expect("q"))
+        );
+        if let Some(q) = t.spec.quota.as_mut() {
+            q.node_ports = Some(-1);
+        }
+        assert!(valid_quota(&t).is_err());
     }
 
     #[test]
