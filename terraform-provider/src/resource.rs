@@ -393,6 +393,10 @@ mod tests {
                     ("pods", Value::Null),
                     ("gpus", Value::int(gpus)),
                     ("gpu_sharing", Value::Null),
+                    ("node_ports", Value::Null),
+                    ("load_balancers", Value::Null),
+                    ("storage", Value::Null),
+                    ("objects", Value::Null),
                 ]
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v))

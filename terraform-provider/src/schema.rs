@@ -214,12 +214,18 @@ fn spec_attrs(mode: Mode) -> Vec<Attr> {
             number("pods", m(O), "Number of pods."),
             number("gpus", m(O), "GPUs: whole GPUs, MIG slices or shared slices, per `gpu_sharing`."),
             string("gpu_sharing", m(O), "`whole`, `mig:<profile>` (e.g. `mig:1g.18gb`) or `share:<memory MiB>,<compute %>` (e.g. `share:8192,25`)."),
+            number("node_ports", m(O), "Node ports the tenant may hold (`services.nodeports`: a `NodePort` or `LoadBalancer` Service takes one per port; host node ports are shared by every tenant). 0 when unset."),
+            number("load_balancers", m(O), "`LoadBalancer` Services the tenant may have (`services.loadbalancers`). 0 when unset."),
+            string("storage", m(O), "Bytes the tenant's objects may take in the control plane's store, as a quantity (`512Mi`). A default applies when unset."),
+            number("objects", m(O), "Objects the tenant may keep in the control plane's store. A default applies when unset."),
         ]), m(O), "Resources the tenant may use on the host."),
         Attr::new("isolation", Kind::Nested(vec![
             Attr::new("node_selector", Kind::Plain(Ty::Map(Box::new(Ty::String))), m(O), "Node labels the tenant's pods are pinned to (its node pool)."),
             Attr::new("dedicated_nodes", Kind::Plain(Ty::Bool), m(O), "Whether the pool's nodes are the tenant's alone (tainted for it)."),
             string("runtime_class", m(O), "RuntimeClass of the tenant's pods (e.g. a sandboxed runtime)."),
             strings("allow", m(O), "Privileges allowed (none by default): `privileged`, `hostNamespaces`, `hostPath`."),
+            strings("ingress_classes", m(O), "Host IngressClasses the tenant's synced Ingresses may name (none by default)."),
+            strings("external_names", m(O), "DNS names the tenant's `ExternalName` Services may point at (none by default); `*.example.com` allows every name under `example.com`."),
         ]), m(O), "Where and how the tenant's pods run."),
         Attr::new("network", Kind::Nested(vec![
             number("segment", m(O), "Segment identifier (a VXLAN VNI or VLAN id on the fast fabric)."),

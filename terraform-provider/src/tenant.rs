@@ -142,7 +142,7 @@ pub fn validate(config: &Value) -> Vec<Diag> {
     });
     let quota = config.get("quota");
     let qp = path(&["quota"]);
-    for field in ["cpu", "memory"] {
+    for field in ["cpu", "memory", "storage"] {
         if let Some(q) = quota.get(field).as_str() {
             if q.parse::<Quantity>().is_err() {
                 diags.push(Diag::attr(
@@ -153,7 +153,7 @@ pub fn validate(config: &Value) -> Vec<Diag> {
             }
         }
     }
-    for field in ["pods", "gpus"] {
+    for field in ["pods", "gpus", "node_ports", "load_balancers", "objects"] {
         whole(
             quota.get(field),
             at(&qp, field),
@@ -259,7 +259,10 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             pods: opt_int(q.get("pods")),
             gpus: opt_int(q.get("gpus")),
             gpu_sharing: opt_string(q.get("gpu_sharing")),
-            ..Default::default()
+            node_ports: opt_int(q.get("node_ports")),
+            load_balancers: opt_int(q.get("load_balancers")),
+            storage: opt_string(q.get("storage")),
+            objects: opt_int(q.get("objects")),
         }),
         isolation: object("isolation").map(|i| TenantIsolation {
             node_selector: match i.get("node_selector") {
@@ -272,7 +275,8 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             dedicated_nodes: matches!(i.get("dedicated_nodes"), Value::Bool(true)),
             runtime_class: opt_string(i.get("runtime_class")),
             allow: string_list(i.get("allow")),
-            ..Default::default()
+            ingress_classes: string_list(i.get("ingress_classes")),
+            external_names: string_list(i.get("external_names")),
         }),
         network: object("network").map(|n| TenantNetwork {
             segment: opt_int(n.get("segment")),
@@ -315,6 +319,10 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
                     ("pods", int_or_null(q.pods)),
                     ("gpus", int_or_null(q.gpus)),
                     ("gpu_sharing", str_or_null(&q.gpu_sharing)),
+                    ("node_ports", int_or_null(q.node_ports)),
+                    ("load_balancers", int_or_null(q.load_balancers)),
+                    ("storage", str_or_null(&q.storage)),
+                    ("objects", int_or_null(q.objects)),
                 ])
             })
             .unwrap_or(Value::Null),
@@ -334,6 +342,8 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
                     ("dedicated_nodes", Value::Bool(i.dedicated_nodes)),
                     ("runtime_class", str_or_null(&i.runtime_class)),
                     ("allow", Value::strings(&i.allow)),
+                    ("ingress_classes", Value::strings(&i.ingress_classes)),
+                    ("external_names", Value::strings(&i.external_names)),
                 ])
             })
             .unwrap_or(Value::Null),
@@ -440,6 +450,10 @@ mod tests {
                     ("pods", Value::Number(Number::Float(1.5))),
                     ("gpus", Value::int(-1)),
                     ("gpu_sharing", Value::string("half")),
+                    ("node_ports", Value::int(-2)),
+                    ("load_balancers", Value::Number(Number::Float(0.5))),
+                    ("storage", Value::string("a lot")),
+                    ("objects", Value::int(-1)),
                 ]),
             ),
             (
@@ -463,8 +477,12 @@ mod tests {
             [
                 "name",
                 "quota.cpu",
+                "quota.storage",
                 "quota.pods",
                 "quota.gpus",
+                "quota.node_ports",
+                "quota.load_balancers",
+                "quota.objects",
                 "quota.gpu_sharing",
                 "isolation.allow[1]",
                 "network.segment",
@@ -496,14 +514,18 @@ mod tests {
                 pods: Some(20),
                 gpus: Some(4),
                 gpu_sharing: Some("mig:1g.18gb".into()),
-                ..Default::default()
+                node_ports: Some(3),
+                load_balancers: Some(1),
+                storage: Some("512Mi".into()),
+                objects: Some(5000),
             }),
             isolation: Some(TenantIsolation {
                 node_selector: [("pool".to_string(), "a".to_string())].into(),
                 dedicated_nodes: true,
                 runtime_class: None,
                 allow: vec!["hostPath".into()],
-                ..Default::default()
+                ingress_classes: vec!["public".into()],
+                external_names: vec!["*.example.com".into()],
             }),
             network: Some(TenantNetwork { segment: Some(7) }),
             sync: None,
@@ -514,6 +536,11 @@ mod tests {
         assert_eq!(state.get("id"), &Value::string("ml"));
         assert_eq!(state.get("phase"), &Value::string("Pending"));
         assert_eq!(state.get("quota").get("gpus"), &Value::int(4));
+        assert_eq!(state.get("quota").get("node_ports"), &Value::int(3));
+        assert_eq!(
+            state.get("isolation").get("external_names"),
+            &Value::strings(&["*.example.com".into()])
+        );
         assert_eq!(spec_of(&state), spec);
     }
 
@@ -529,6 +556,8 @@ mod tests {
                     ("dedicated_nodes", Value::Null),
                     ("runtime_class", Value::string("x")),
                     ("allow", Value::Null),
+                    ("ingress_classes", Value::Null),
+                    ("external_names", Value::Null),
                 ]),
             ),
         ]);
