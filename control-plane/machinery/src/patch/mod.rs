@@ -6,6 +6,7 @@
 //! never a panic. Strategic merge patch needs to know how each field merges (merge keys,
 //! strategies); that knowledge comes from a [`PatchSchema`] supplied by the caller.
 
+mod depth;
 mod order;
 mod strategic;
 
@@ -13,6 +14,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+pub use depth::MAX_PATCHED_DEPTH;
 pub use strategic::strategic_merge_patch;
 
 /// Why a patch could not be applied.
@@ -64,7 +66,9 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     // are applied one by one so the check sees the document as the earlier operations left it;
     // the document changes only if every operation succeeds.
     let mut out = doc.clone();
+    let mut depth = depth::DepthGuard::new(doc);
     for op in ops.0 {
+        depth.admit(&out, &op)?;
         if let json_patch::PatchOperation::Test(t) = &op {
             if t.value.is_null() && out.pointer(t.path.as_str()).is_none() {
                 continue;
