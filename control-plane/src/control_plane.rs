@@ -74,6 +74,7 @@ pub fn open_store(dir: &Path, cache_mib: u64, history: u64) -> Result<SledBacken
         path: path.clone(),
         cache_capacity_bytes: cache_mib * 1024 * 1024,
         history,
+        history_bytes: fabrik_store::DEFAULT_HISTORY_BYTES,
     })
     .map_err(|source| Error::Store { path, source })
 }

@@ -8,7 +8,52 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use fabrik_store::{EtcdBackend, EtcdConfig, EtcdTls, SledBackend, Store, StoreError};
+use fabrik_api::tenant::TenantQuota;
+use fabrik_store::{
+    EtcdBackend, EtcdConfig, EtcdTls, SledBackend, StorageLimits, Store, StoreError,
+};
+
+/// Bytes a tenant's objects may take in the store when `spec.quota.storage` is unset: 1 GiB.
+///
+/// Sized for a real tenant: Helm keeps each release revision in a Secret of up to 1 MiB
+/// (typically tens of KiB) and ten revisions per release, so fifty releases with history take
+/// well under 500 MiB; a few thousand pods, ConfigMaps and events take tens of MiB. etcd's own
+/// default quota for a *whole* cluster is 2 GiB, so this keeps several tenants from filling a
+/// shared store. The history of changes is bounded separately (64 MiB per tenant by default).
+pub const DEFAULT_TENANT_STORAGE_BYTES: u64 = 1 << 30;
+
+/// Objects a tenant may keep in the store when `spec.quota.objects` is unset: 100,000 (ten
+/// times the objects of a busy 1,000-pod cluster: pods, ReplicaSets, endpoints, events,
+/// Secrets and ConfigMaps).
+pub const DEFAULT_TENANT_OBJECTS: u64 = 100_000;
+
+/// The store quota of a tenant from its spec (`spec.quota.storage`, a quantity of bytes, and
+/// `spec.quota.objects`), with the defaults above for unset fields.
+pub fn tenant_storage_limits(quota: Option<&TenantQuota>) -> Result<StorageLimits, String> {
+    let bytes = match quota.and_then(|q| q.storage.as_deref()) {
+        None => DEFAULT_TENANT_STORAGE_BYTES,
+        Some(text) => {
+            let parsed = text
+                .parse::<fabrik_machinery::quantity::Quantity>()
+                .map_err(|_| {
+                    format!("spec.quota.storage: {text:?} is not a quantity (e.g. 512Mi, 2Gi)")
+                })?;
+            u64::try_from(parsed.value()).map_err(|_| {
+                format!("spec.quota.storage: {text:?} must be a non-negative number of bytes")
+            })?
+        }
+    };
+    let objects = match quota.and_then(|q| q.objects) {
+        None => DEFAULT_TENANT_OBJECTS,
+        Some(n) => {
+            u64::try_from(n).map_err(|_| "spec.quota.objects must not be negative".to_string())?
+        }
+    };
+    Ok(StorageLimits {
+        bytes: Some(bytes),
+        objects: Some(objects),
+    })
+}
 
 /// Errors of the `--store` flag and of opening the store it names.
 #[derive(Debug, thiserror::Error)]
@@ -229,6 +274,38 @@ impl Keyspaces {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tenant_storage_limits_default_and_parse() {
+        let defaults = tenant_storage_limits(None).expect("defaults");
+        assert_eq!(defaults.bytes, Some(DEFAULT_TENANT_STORAGE_BYTES));
+        assert_eq!(defaults.objects, Some(DEFAULT_TENANT_OBJECTS));
+        let quota = TenantQuota {
+            storage: Some("512Mi".into()),
+            objects: Some(10),
+            ..Default::default()
+        };
+        let set = tenant_storage_limits(Some(&quota)).expect("valid quota");
+        assert_eq!(set.bytes, Some(512 << 20));
+        assert_eq!(set.objects, Some(10));
+        for bad in [
+            TenantQuota {
+                storage: Some("lots".into()),
+                ..Default::default()
+            },
+            TenantQuota {
+                storage: Some("-1Gi".into()),
+                ..Default::default()
+            },
+            TenantQuota {
+                objects: Some(-1),
+                ..Default::default()
+            },
+        ] {
+            let err = tenant_storage_limits(Some(&bad)).expect_err("invalid quota");
+            assert!(err.starts_with("spec.quota."), "{err}");
+        }
+    }
 
     #[test]
     fn store_flags_name_sled_or_etcd_members() {

@@ -184,7 +184,7 @@ fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
         })?;
         apply(&k, &host, &dir, &format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {stray}\n  namespace: fabrik-n\n  \
-             labels: {{fabrik.dev/tenant: n, fabrik.dev/namespace: x-legacy}}\n  \
+             labels: {{fabrik.dev/tenant: \"n\", fabrik.dev/namespace: x-legacy}}\n  \
              annotations: {{fabrik.dev/virtual-name: cfg, fabrik.dev/virtual-namespace: x-legacy}}\n\
              data: {{k: v}}\n"
         ))?;

@@ -37,6 +37,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod addresses;
 pub mod admission;
 pub mod cache;
 pub mod events;
@@ -47,6 +48,7 @@ pub mod kinds;
 pub mod naming;
 pub mod nodes;
 pub mod objects;
+pub mod paths;
 pub mod pods;
 pub mod policy;
 pub mod queue;
@@ -155,12 +157,22 @@ pub async fn run(
     // Host side: subscriptions to the shared watches.
     let mut host_caches = HashMap::new();
     let mut subscriptions = Vec::new();
+    // A host pod's addresses coming or going changes what the tenant's Endpoints may name.
+    let address_users = Arc::new(addresses::Users::new(&tenant_caches));
     for kind in Kind::HOST.into_iter().chain(extra.iter().copied()) {
         let q = queue.clone();
+        let users = address_users.clone();
         let sub = host.subscribe(
             kind,
             &sync.tenant,
-            Arc::new(move |v: &Value| enqueue_host(&q, kind, v)),
+            Arc::new(move |v: &Value| {
+                enqueue_host(&q, kind, v);
+                if kind == Kind::Pod {
+                    for k in users.naming(v) {
+                        q.push(k);
+                    }
+                }
+            }),
         );
         host_caches.insert(kind, sub.cache.clone());
         subscriptions.push(sub);

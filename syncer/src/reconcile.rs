@@ -12,7 +12,7 @@ use crate::cache::Cache;
 use crate::kinds::Kind;
 use crate::policy::Policy;
 use crate::queue::Key;
-use crate::{events, ingresses, naming, nodes, objects, pods, services};
+use crate::{addresses, events, ingresses, naming, nodes, objects, pods, services};
 
 /// Errors of one reconcile step (the step is retried).
 #[derive(Debug, thiserror::Error)]
@@ -237,6 +237,9 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
         Kind::Pod => pod(ctx, &key.namespace, &key.name).await,
         Kind::Node => node(ctx, &key.name).await,
         Kind::Event => event(ctx, &key.namespace, &key.name).await,
+        kind @ (Kind::Endpoints | Kind::EndpointSlice | Kind::Ingress) => {
+            partial(ctx, kind, &key.namespace, &key.name).await
+        }
         kind => simple(ctx, kind, &key.namespace, &key.name).await,
     }
 }
@@ -244,12 +247,6 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
 /// The host copy of a tenant object of a simple kind, or `None` when it should not exist.
 fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Option<Value> {
     let t = ctx.tenant.as_str();
-    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
-    let selectorless_service = |svc: &str| {
-        ctx.tcache(Kind::Service)
-            .and_then(|c| c.get(ns, svc))
-            .is_some_and(|s| !services::has_selector(&s))
-    };
     match kind {
         Kind::ConfigMap => Some(objects::host_config_map(obj, t)),
         Kind::Secret => Some(objects::host_secret(obj, t)),
@@ -258,16 +255,123 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
             obj,
             t,
             host.map(|h| &h["spec"]["clusterIP"]),
+            &ctx.policy,
         )),
-        Kind::Endpoints => {
-            let name = obj["metadata"]["name"].as_str().unwrap_or("");
-            selectorless_service(name).then(|| services::host_endpoints(obj, t))
-        }
-        Kind::EndpointSlice => services::slice_service(obj)
-            .filter(|s| selectorless_service(s))
-            .map(|_| services::host_endpoint_slice(obj, t)),
-        Kind::Ingress => Some(ingresses::host_ingress(obj, t)),
+        Kind::Endpoints | Kind::EndpointSlice => address_copy(ctx, kind, obj)?.object,
+        Kind::Ingress => ingresses::host_ingress(obj, t, &ctx.policy),
         Kind::Pod | Kind::Event | Kind::Node => None,
+    }
+}
+
+/// The host copy of a tenant Endpoints / EndpointSlice with the addresses left out of it;
+/// `None` when it is not synced at all (its Service has a selector, or there is none).
+fn address_copy(ctx: &Context, kind: Kind, obj: &Value) -> Option<services::Built> {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or("");
+    let selectorless_service = |svc: &str| {
+        ctx.tcache(Kind::Service)
+            .and_then(|c| c.get(ns, svc))
+            .is_some_and(|s| !services::has_selector(&s))
+    };
+    let service = match kind {
+        Kind::Endpoints => obj["metadata"]["name"].as_str(),
+        _ => services::slice_service(obj),
+    }?;
+    if !selectorless_service(service) {
+        return None;
+    }
+    let host_pods = ctx.hcache(Kind::Pod).map(|c| c.list()).unwrap_or_default();
+    let pods = addresses::PodAddresses::from_host_pods(&host_pods, &ctx.tenant);
+    let actx = services::AddressContext {
+        tenant: &ctx.tenant,
+        pods: &pods,
+    };
+    Some(match kind {
+        Kind::Endpoints => services::host_endpoints(obj, &actx),
+        _ => services::host_endpoint_slice(obj, &actx),
+    })
+}
+
+/// Why a tenant object (or part of it) is not copied to the host, for an Event in the tenant:
+/// `(reason, message)`, or `None` when all of it is.
+fn refusal(ctx: &Context, kind: Kind, obj: &Value) -> Option<(&'static str, String)> {
+    match kind {
+        Kind::Endpoints | Kind::EndpointSlice => {
+            let built = address_copy(ctx, kind, obj)?;
+            if built.refused.is_empty() {
+                return None;
+            }
+            let mut refused = built.refused;
+            refused.sort();
+            refused.dedup();
+            Some((
+                addresses::REASON_REFUSED,
+                format!(
+                    "addresses left out of the host copy: {} (only the addresses of this \
+                     tenant's running pods are synced)",
+                    refused.join(", ")
+                ),
+            ))
+        }
+        Kind::Ingress => ingresses::ingress_class(obj, &ctx.policy).err().map(|why| {
+            (
+                ingresses::REASON_CLASS_REFUSED,
+                format!("not synced to the host: {why}"),
+            )
+        }),
+        _ => None,
+    }
+}
+
+/// A kind whose objects may be copied in part: synced as the other simple kinds, then what was
+/// left out is reported in the tenant, once per distinct refusal (the Event's name is derived
+/// from the object's UID and the message, so that retries and resyncs do not repeat it).
+async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), Error> {
+    simple(ctx, kind, ns, name).await?;
+    let Some(obj) = ctx.tcache(kind).and_then(|c| c.get(ns, name)) else {
+        return Ok(());
+    };
+    if is_deleting(&obj) {
+        return Ok(());
+    }
+    let Some((reason, message)) = refusal(ctx, kind, &obj) else {
+        return Ok(());
+    };
+    let uid = obj["metadata"]["uid"].as_str().unwrap_or("");
+    // At most 200 + 17 characters: an Event name is a DNS subdomain (253).
+    let prefix: String = name.chars().take(200).collect();
+    let ename = format!(
+        "{prefix}.{:016x}",
+        naming::fnv1a(format!("{uid}/{reason}/{message}").as_bytes())
+    );
+    let now = json!(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now()
+    ));
+    let api_version = kind.api_resource().api_version;
+    let event = json!({"apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": ename, "namespace": ns},
+        "involvedObject": {"apiVersion": api_version, "kind": kind.api_resource().kind,
+            "name": name, "namespace": ns, "uid": uid},
+        "reason": reason, "message": message, "type": "Warning", "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now,
+        "source": {"component": "fabrik-syncer"}});
+    tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message, "not copied to the host");
+    let Ok(data) = serde_json::from_value::<DynamicObject>(event) else {
+        return Ok(());
+    };
+    match ctx
+        .tenant_api(Kind::Event, ns)
+        .create(&PostParams::default(), &data)
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Reported already.
+        Err(e) if is_conflict(&e) => Ok(()),
+        Err(source) => Err(Error::Tenant {
+            verb: "create",
+            kind: Kind::Event,
+            name: ename,
+            source,
+        }),
     }
 }
 

@@ -265,6 +265,11 @@ impl ApiError {
             StoreError::FutureRevision { requested, current } => ApiError::Timeout(format!(
                 "Too large resource version: {requested}, current: {current}"
             )),
+            // 403 like an exceeded ResourceQuota: the client cannot succeed by retrying, only
+            // by deleting objects (deletes are never refused) or by a larger quota.
+            quota @ StoreError::QuotaExceeded { .. } => ApiError::Forbidden(format!(
+                "{resource} \"{name}\" is forbidden: {quota}"
+            )),
             other => ApiError::Internal(other.to_string()),
         }
     }

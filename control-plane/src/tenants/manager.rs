@@ -193,6 +193,7 @@ pub fn valid_quota(tenant: &Tenant) -> Result<(), String> {
             return Err(format!("spec.quota.{field} must not be negative"));
         }
     }
+    crate::keyspaces::tenant_storage_limits(Some(q))?;
     Ok(())
 }
 
@@ -419,8 +420,9 @@ fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_q
     hard
 }
 
-/// The syncer's pod policy as an admission plugin of the tenant's API server: refused pods
-/// fail at `kubectl apply` with the reason, instead of never starting on the host.
+/// The syncer's policy as an admission plugin of the tenant's API server: refused pods,
+/// Services, Endpoints, EndpointSlices and (synced) Ingresses fail at `kubectl apply` with the
+/// reason, instead of never starting on the host or being copied in part.
 struct SyncerAdmission {
     policy: std::sync::RwLock<syncer::Policy>,
 }
@@ -469,22 +471,21 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
         obj: &serde_json::Value,
         old: Option<&serde_json::Value>,
     ) -> Result<fabrik_apiserver::admission::Verdict, fabrik_apiserver::ApiError> {
-        if !req.is_core("pods") || req.subresource.is_some() {
+        let (group, plural) = (req.def.group.as_str(), req.def.plural.as_str());
+        let policy = self.policy();
+        if req.subresource.is_some() || !syncer::admission::checks(group, plural, &policy) {
             return Ok(fabrik_apiserver::admission::Verdict::ok());
         }
-        let policy = self.policy();
-        let checked = match (req.op, old) {
-            (fabrik_apiserver::admission::Operation::Update, Some(old)) => {
-                syncer::check_pod_update(old, obj, &policy)
-            }
-            _ => syncer::check_pod(obj, &policy),
+        let old = match req.op {
+            fabrik_apiserver::admission::Operation::Update => old,
+            fabrik_apiserver::admission::Operation::Create => None,
         };
-        checked
+        syncer::admission::check(group, plural, obj, old, &policy)
             .map(|()| fabrik_apiserver::admission::Verdict::ok())
             .map_err(|reasons| {
                 let name = obj["metadata"]["name"].as_str().unwrap_or("");
                 fabrik_apiserver::ApiError::Forbidden(format!(
-                    "pods \"{name}\" is forbidden by the tenant's policy: {}",
+                    "{plural} \"{name}\" is forbidden by the tenant's policy: {}",
                     reasons.join("; ")
                 ))
             })
@@ -607,6 +608,11 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         gpu_sharing,
         allowed_priority_classes: Vec::new(),
         dns_nameserver: None,
+        sync_ingresses: extra_kinds(tenant)
+            .0
+            .contains(&syncer::kinds::Kind::Ingress),
+        ingress_classes: iso.ingress_classes.clone(),
+        external_names: iso.external_names.clone(),
     }
 }
 
@@ -706,6 +712,17 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
     // The syncer and the pod policy follow the spec: a changed policy or list of extra kinds
     // restarts the syncer (every sync is idempotent, so a restart only re-checks).
     restart_syncer_if_changed(&ctx.rt, &name, &tenant).await;
+
+    // The store quota follows the spec (on etcd it is kept in the store, so every replica
+    // serving the tenant enforces it).
+    let limits = crate::keyspaces::tenant_storage_limits(tenant.spec.quota.as_ref())
+        .map_err(Error::Invalid)?;
+    ctx.rt
+        .backend
+        .open(&keyspace(&name))
+        .await?
+        .set_limits(limits)
+        .await?;
 
     // The quota follows the spec.
     if let Some(q) = ctx
@@ -1101,6 +1118,19 @@ mod tests {
             ..Default::default()
         });
         let p = policy_of(&t);
+        assert!(!p.sync_ingresses && p.ingress_classes.is_empty() && p.external_names.is_empty());
+        let mut synced = t.clone();
+        synced.spec.sync = Some(fabrik_api::tenant::TenantSync {
+            extra_kinds: vec!["ingresses.networking.k8s.io".into()],
+        });
+        if let Some(iso) = synced.spec.isolation.as_mut() {
+            iso.ingress_classes = vec!["tenant-nginx".into()];
+            iso.external_names = vec!["*.db.example.com".into()];
+        }
+        let synced = policy_of(&synced);
+        assert!(synced.sync_ingresses);
+        assert_eq!(synced.ingress_classes, vec!["tenant-nginx".to_string()]);
+        assert!(synced.allows_external_name("main.db.example.com"));
         assert_eq!(
             p.gpu_sharing,
             syncer::GpuSharing::Shared {

@@ -49,6 +49,24 @@ pub enum StoreError {
         /// The current revision of the keyspace.
         current: Revision,
     },
+    /// A create or a growing update would take the keyspace over its storage quota (see
+    /// [`StorageLimits`](crate::StorageLimits)). Deletes are never refused for this.
+    #[error(
+        "exceeded quota: {resource} of keyspace {keyspace:?}, requested: {requested}, \
+         used: {used}, limited: {limit}"
+    )]
+    QuotaExceeded {
+        /// The keyspace.
+        keyspace: String,
+        /// Which limit: `"storage"` (bytes of keys and values) or `"objects"`.
+        resource: &'static str,
+        /// What the write would add (bytes, or 1 object).
+        requested: u64,
+        /// The keyspace's usage before the write.
+        used: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Backend failure (I/O, corruption reported by sled).
     #[error("storage backend failure: {0}")]
     Backend(#[from] sled::Error),

@@ -13,8 +13,13 @@
 //! increasing per keyspace, with gaps). [`local_etcd`] starts throwaway etcd members on
 //! loopback for tests and benchmarks.
 //!
+//! Quota: each keyspace can be given [`StorageLimits`] (bytes of keys and values, number of
+//! objects), enforced by both backends at write time ([`StoreError::QuotaExceeded`]; deletes
+//! are always allowed). The sled backend also bounds each keyspace's history in bytes
+//! ([`SledConfig::history_bytes`]), not only in revisions.
+//!
 //! What this crate does *not* do: interpret values (they are opaque bytes, JSON upstream),
-//! enforce tenancy beyond keyspace isolation, or expire keys (no leases yet).
+//! enforce tenancy beyond keyspace isolation and quota, or expire keys (no leases yet).
 
 #[cfg(test)]
 mod conformance;
@@ -22,6 +27,7 @@ mod error;
 mod etcd_backend;
 mod keyspace_name;
 pub mod local_etcd;
+mod quota;
 mod sled_backend;
 mod store;
 mod types;
@@ -31,8 +37,10 @@ pub use etcd_backend::{
     EtcdBackend, EtcdConfig, EtcdStore, EtcdTls, DEFAULT_COMPACTION_INTERVAL, DEFAULT_ETCD_PREFIX,
     DEFAULT_RETRY_TIMEOUT,
 };
+pub use quota::{update_grace, StorageLimits, StorageUsage};
 pub use sled_backend::{
-    SledBackend, SledConfig, SledStore, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY, INITIAL_REVISION,
+    SledBackend, SledConfig, SledStore, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY,
+    DEFAULT_HISTORY_BYTES, INITIAL_REVISION,
 };
 pub use store::Store;
 pub use types::{

@@ -6,7 +6,11 @@
 //!   (also across restarts). sled gives each keyspace its own gap-free counter (first write
 //!   at 2, then one per write); etcd shares one counter across its whole cluster, so a
 //!   keyspace's revisions have gaps and an empty keyspace reports the cluster's revision;
-//! * a write returns only once it is durable;
+//! * a write returns only once it is durable, and no reader (get, list, watch,
+//!   `current_revision`) sees a write before it is durable, so a revision a client has seen
+//!   is never lost or reused after a crash;
+//! * creates and growing updates beyond the keyspace's [`StorageLimits`] fail with
+//!   [`StoreError::QuotaExceeded`]; deletes never do;
 //! * `list` and `watch` can start at any revision from [`Store::compacted_revision`] to
 //!   [`Store::current_revision`]; older ones fail with [`StoreError::Compacted`];
 //! * a watch yields every matching change after its start revision exactly once, in revision
@@ -17,6 +21,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use crate::error::StoreError;
+use crate::quota::{StorageLimits, StorageUsage};
 use crate::types::{KeyValue, ListOptions, ListResult, Revision, WatchStream};
 
 /// A revisioned key-value store for one keyspace (one cluster).
@@ -51,6 +56,14 @@ pub trait Store: Send + Sync + 'static {
     /// Delete; same `expected` semantics as `update`; returns the deleted value with
     /// mod_revision = deletion revision.
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue, StoreError>;
+
+    /// Set this keyspace's storage quota (takes effect for the next write; usage already over
+    /// a lowered limit stays, only growth is refused). Every handle of the keyspace shares the
+    /// limits (etcd: every process, the limits are stored in etcd). Unset = unlimited.
+    async fn set_limits(&self, limits: StorageLimits) -> Result<(), StoreError>;
+
+    /// The keyspace's current usage (bytes of keys and values, objects).
+    async fn usage(&self) -> Result<StorageUsage, StoreError>;
 
     /// Every change under `prefix` with revision > `after`, in revision order, exactly once,
     /// then live changes forever. `after` older than the compacted revision -> Err(Compacted)

@@ -10,7 +10,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use super::{next_event, next_item, val, Harness, TestResult};
-use crate::{EventKind, ListOptions, Revision, Store, StoreError, WatchItem};
+use crate::{
+    EventKind, ListOptions, Revision, StorageLimits, StorageUsage, Store, StoreError, WatchItem,
+};
 
 pub(crate) async fn create_get_update_delete<H: Harness>() -> TestResult {
     let h = H::open(100).await?;
@@ -616,5 +618,184 @@ pub(crate) async fn future_watch_is_refused<H: Harness>() -> TestResult {
         Err(other) => return Err(other.into()),
         Ok(_) => return Err("watch from the future must fail".into()),
     }
+    Ok(())
+}
+
+/// The storage quota: creates and growing updates beyond a limit fail with QuotaExceeded
+/// naming the limit and change nothing (no revision, no object); deletes and shrinking updates
+/// always pass, also over a lowered limit; usage survives a restart.
+pub(crate) async fn quota_limits_bytes_and_objects<H: Harness>() -> TestResult {
+    let mut h = H::open(100).await?;
+    let store = h.keyspace("tenant").await?;
+    // 5 objects or 10,000 bytes of keys and values.
+    store
+        .set_limits(StorageLimits {
+            bytes: Some(10_000),
+            objects: Some(5),
+        })
+        .await?;
+    let kib = "x".repeat(1000 - 3);
+    for i in 0..5 {
+        store.create(&format!("/o{i}"), val(&kib)).await?;
+    }
+    assert_eq!(
+        store.usage().await?,
+        StorageUsage {
+            bytes: 5000,
+            objects: 5
+        }
+    );
+    let before = store.current_revision().await?;
+    match store.create("/o5", val("small")).await {
+        Err(StoreError::QuotaExceeded {
+            resource,
+            used,
+            limit,
+            ..
+        }) => assert_eq!((resource, used, limit), ("objects", 5, 5)),
+        other => return Err(format!("expected the objects quota, got {other:?}").into()),
+    }
+    assert_eq!(
+        store.get("/o5").await?,
+        None,
+        "a refused create stores nothing"
+    );
+    assert_eq!(
+        store.current_revision().await?,
+        before,
+        "and takes no revision"
+    );
+
+    // Bytes: an update may go over the limit only within the grace that lets a full
+    // keyspace still mark objects for deletion; beyond it, it is refused.
+    let limit = 10_000u64;
+    let grace = crate::update_grace(limit);
+    let beyond = "y".repeat(usize::try_from(limit + grace)? - 4000 + 1 - 3);
+    match store.update("/o0", val(&beyond), None).await {
+        Err(StoreError::QuotaExceeded {
+            resource,
+            limit: reported,
+            used,
+            ..
+        }) => assert_eq!((resource, reported, used), ("storage", limit, 5000)),
+        other => return Err(format!("expected the storage quota, got {other:?}").into()),
+    }
+    assert_eq!(store.get("/o0").await?.map(|kv| kv.value), Some(val(&kib)));
+    store
+        .update("/o0", val(&"y".repeat(5000 - 3)), None)
+        .await?;
+    assert_eq!(store.usage().await?.bytes, 9000);
+    // Creates get no grace: with 2,000 bytes left, 2,001 do not fit.
+    store.delete("/o4", None).await?;
+    assert!(matches!(
+        store.create("/o4", val(&"z".repeat(2001 - 3))).await,
+        Err(StoreError::QuotaExceeded {
+            resource: "storage",
+            ..
+        })
+    ));
+    store.create("/o4", val(&kib)).await?;
+
+    // Lowered below the usage: growth is refused, deletes and shrinking updates pass.
+    store
+        .set_limits(StorageLimits {
+            bytes: Some(1000),
+            objects: Some(1),
+        })
+        .await?;
+    store.update("/o1", val("tiny"), None).await?;
+    store.delete("/o2", None).await?;
+    assert!(matches!(
+        store.update("/o1", val(&"z".repeat(70_000)), None).await,
+        Err(StoreError::QuotaExceeded { .. })
+    ));
+    assert!(matches!(
+        store.create("/o9", val("v")).await,
+        Err(StoreError::QuotaExceeded {
+            resource: "objects",
+            ..
+        })
+    ));
+    let expected = StorageUsage {
+        bytes: 5000 + (3 + 4) + 2 * 1000,
+        objects: 4,
+    };
+    assert_eq!(store.usage().await?, expected);
+
+    // Unlimited again: everything fits.
+    store.set_limits(StorageLimits::UNLIMITED).await?;
+    store.create("/o9", val(&beyond)).await?;
+    store.delete("/o9", None).await?;
+
+    // The usage is kept across a restart (and the keyspace's limits on etcd).
+    drop(store);
+    h.restart().await?;
+    let store = h.keyspace("tenant").await?;
+    assert_eq!(store.usage().await?, expected);
+    Ok(())
+}
+
+/// Concurrent writers never take a keyspace over its limits, and the usage always equals what
+/// the keyspace holds.
+pub(crate) async fn quota_holds_under_concurrent_writers<H: Harness>() -> TestResult {
+    let h = H::open(10_000).await?;
+    let store = h.keyspace("tenant").await?;
+    store
+        .set_limits(StorageLimits {
+            bytes: Some(40_000),
+            objects: Some(1000),
+        })
+        .await?;
+    let value = "v".repeat(1000 - 6);
+    let mut tasks = Vec::new();
+    for writer in 0..16 {
+        let store = store.clone();
+        let value = value.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut stored = 0u64;
+            for i in 0..10 {
+                match store
+                    .create(&format!("/c/{writer:02}{i}"), val(&value))
+                    .await
+                {
+                    Ok(_) => stored += 1,
+                    Err(StoreError::QuotaExceeded { .. }) => {}
+                    Err(other) => return Err(other.into()),
+                }
+            }
+            Ok::<_, super::BoxError>(stored)
+        }));
+    }
+    let mut stored = 0;
+    for task in tasks {
+        stored += task.await??;
+    }
+    assert_eq!(stored, 40, "exactly the 40 objects of 1,000 bytes that fit");
+    let all = store.list(ListOptions::default()).await?;
+    let held: u64 = all
+        .items
+        .iter()
+        .map(|kv| (kv.key.len() + kv.value.len()) as u64)
+        .sum();
+    assert_eq!(
+        store.usage().await?,
+        StorageUsage {
+            bytes: held,
+            objects: all.items.len() as u64
+        }
+    );
+    assert!(held <= 40_000);
+    // A full keyspace can always clean up, concurrently too.
+    let mut deletes = Vec::new();
+    for kv in all.items {
+        let store = store.clone();
+        deletes.push(tokio::spawn(
+            async move { store.delete(&kv.key, None).await },
+        ));
+    }
+    for delete in deletes {
+        delete.await??;
+    }
+    assert_eq!(store.usage().await?, StorageUsage::default());
     Ok(())
 }

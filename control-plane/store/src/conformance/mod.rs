@@ -71,6 +71,7 @@ fn sled_open(dir: &std::path::Path, history: u64) -> TestResult<SledBackend> {
         path: dir.to_owned(),
         cache_capacity_bytes: crate::DEFAULT_CACHE_BYTES,
         history,
+        history_bytes: crate::DEFAULT_HISTORY_BYTES,
     })?)
 }
 
@@ -229,6 +230,8 @@ macro_rules! all_cases {
                 keyspaces_are_isolated,
                 drop_keyspace_removes_everything,
                 future_watch_is_refused,
+                quota_limits_bytes_and_objects,
+                quota_holds_under_concurrent_writers,
             ]
         );
     };

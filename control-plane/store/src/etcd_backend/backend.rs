@@ -185,6 +185,7 @@ impl EtcdBackend {
                 Arc::clone(&self.inner.shared),
             )),
         };
+        super::usage::ensure_counted(&store.inner).await?;
         let mut open = self.lock_keyspaces();
         // Another task may have opened it meanwhile: keep one shared handle.
         if let Some(existing) = open.get(name) {
@@ -201,8 +202,8 @@ impl EtcdBackend {
     /// other processes fail on their next write. Dropping a keyspace that does not exist is
     /// not an error.
     ///
-    /// Two etcd writes: the marker first (from then on no write can land in the keyspace),
-    /// then the data range.
+    /// Three etcd writes: the marker first (from then on no write can land in the keyspace),
+    /// then the data range, then the quota records.
     pub async fn drop_keyspace(&self, name: &str) -> Result<()> {
         keyspace_name::validate(name)?;
         if let Some(store) = self.lock_keyspaces().remove(name) {
@@ -224,6 +225,20 @@ impl EtcdBackend {
                 client
                     .delete(
                         data,
+                        Some(etcd_client::DeleteOptions::new().with_range(end)),
+                    )
+                    .await
+            }
+        })
+        .await?;
+        retry(shared.retry_timeout, "delete", |_| {
+            let mut client = shared.client();
+            let root = super::usage::root(&keys).to_owned();
+            let end = layout::prefix_end(root.as_bytes());
+            async move {
+                client
+                    .delete(
+                        root,
                         Some(etcd_client::DeleteOptions::new().with_range(end)),
                     )
                     .await

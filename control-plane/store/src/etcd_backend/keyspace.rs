@@ -19,6 +19,7 @@ use super::client::{self, etcd_error, retry};
 use super::layout::{self, KeyspaceKeys};
 use super::{watch, write};
 use crate::error::{Result, StoreError};
+use crate::quota::{StorageLimits, StorageUsage};
 use crate::store::Store;
 use crate::types::{KeyValue, ListOptions, ListResult, Revision, WatchStream};
 
@@ -290,6 +291,15 @@ impl Store for EtcdStore {
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         write::delete(&self.inner, key, expected).await
+    }
+
+    async fn set_limits(&self, limits: StorageLimits) -> Result<()> {
+        super::usage::set_limits(&self.inner, limits).await
+    }
+
+    async fn usage(&self) -> Result<StorageUsage> {
+        self.inner.check_live()?;
+        Ok(super::usage::read_view(&self.inner, None).await?.total())
     }
 
     async fn watch(

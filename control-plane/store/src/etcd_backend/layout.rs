@@ -6,6 +6,8 @@
 //! * `P/keyspaces/<keyspace>`: the keyspace's marker (empty value). Its create revision is the
 //!   keyspace's *incarnation*: every write compares it, so a handle on a dropped (and maybe
 //!   re-created) keyspace can never write into it;
+//! * `P/usage/<keyspace>/...`: the keyspace's quota limits and usage counters (see
+//!   [`usage`](super::usage));
 //! * `P/compacted`: the revision the last compaction by Fabrik went to (decimal), the source of
 //!   [`Store::compacted_revision`](crate::Store::compacted_revision).
 //!
@@ -23,6 +25,8 @@ pub(crate) struct KeyspaceKeys {
     pub(crate) data: String,
     /// `P/keyspaces/<keyspace>`.
     pub(crate) marker: String,
+    /// `P/usage/<keyspace>/`: quota limits and usage counters (see [`usage`](super::usage)).
+    pub(crate) usage: String,
 }
 
 impl KeyspaceKeys {
@@ -31,6 +35,7 @@ impl KeyspaceKeys {
         Self {
             data: format!("{prefix}/data/{name}/"),
             marker: format!("{}{name}", markers_root(prefix)),
+            usage: format!("{prefix}/usage/{name}/"),
         }
     }
 

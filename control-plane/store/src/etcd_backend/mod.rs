@@ -9,14 +9,15 @@
 //!
 //! Modules: [`config`] (settings and defaults), [`client`] (connection, TLS, retries),
 //! [`layout`] (keys and conversions), [`backend`] (keyspace lifecycle, compaction),
-//! [`keyspace`] (the `Store` impl and reads), [`write`] (transactions), [`watch`] (watch
-//! streams).
+//! [`keyspace`] (the `Store` impl and reads), [`write`] (transactions), [`usage`] (storage
+//! quota), [`watch`] (watch streams).
 
 mod backend;
 mod client;
 mod config;
 mod keyspace;
 mod layout;
+mod usage;
 mod watch;
 mod write;
 

@@ -4,12 +4,18 @@
 //! Every transaction compares the keyspace marker's create revision with the handle's
 //! incarnation (a dropped keyspace takes no write) and the key's precondition:
 //! * create: `create_revision(key) == 0` (absent);
-//! * update / delete: `mod_revision(key) == expected` for compare-and-swap, else
-//!   `version(key) > 0` (present).
+//! * update / delete: `mod_revision(key) ==` the mod revision read just before (which is
+//!   `expected` for compare-and-swap; a mismatch there fails with Conflict before any write).
 //!
 //! When the comparison fails, the else branch reads the key and the marker in the same
 //! transaction, so the error (KeyspaceDropped, NotFound, AlreadyExists, Conflict) describes the
 //! state the comparison saw.
+//!
+//! Quota: before the transaction, each write reads the keyspace's usage counters and limits
+//! (and, for update and delete, the key: its old size) and checks the quota; the transaction
+//! then also compares the usage stripe(s) it read and the key's mod revision, and updates the
+//! key's stripe (see [`usage`](super::usage)). When only those extra compares fail (a
+//! concurrent write), the write reads again and retries.
 //!
 //! Retries: a transient failure (see [`client`](super::client)) may hide a success. On a retry,
 //! a create that finds the key holding exactly its value, or a compare-and-swap update that
@@ -25,7 +31,9 @@ use super::backend::missing_header;
 use super::client::retry;
 use super::keyspace::Keyspace;
 use super::layout;
+use super::usage::{self, View};
 use crate::error::{Result, StoreError};
+use crate::quota::{self, object_bytes, WriteKind};
 use crate::types::{KeyValue, Revision};
 
 /// Run `txn` (rebuilt per attempt) with retries; returns the response and whether an earlier
@@ -83,50 +91,76 @@ fn existing(ks: &Keyspace, response: &TxnResponse) -> Result<Option<KeyValue>> {
     key.kvs().first().map(|kv| ks.key_value(kv)).transpose()
 }
 
+/// How often a write re-reads after losing a race on the usage counters before giving up.
+const MAX_USAGE_RACES: usize = 1000;
+
+/// The error after too many lost races on the usage counters.
+fn contended(key: &str) -> StoreError {
+    StoreError::EtcdProtocol {
+        op: "txn",
+        detail: format!("write of {key:?} kept losing races on the keyspace's usage counters"),
+    }
+}
+
+/// Check the quota for a write described by `view` and build its usage compares and update.
+fn quota_guard(
+    ks: &Keyspace,
+    view: &View,
+    key: &str,
+    kind: WriteKind,
+    (old, new, objects): (u64, u64, i64),
+) -> Result<(Vec<Compare>, TxnOp)> {
+    quota::check(&ks.name, view.limits, view.total(), kind, old, new)?;
+    Ok(view.guard(ks, key, (old, new, objects)))
+}
+
 /// Create `key`; see [`Store::create`](crate::Store::create).
 pub(crate) async fn create(ks: &Keyspace, key: &str, value: Bytes) -> Result<KeyValue> {
     ks.check_live()?;
     let data_key = ks.keys.data_key(key);
-    let (response, retried) = run(ks, || {
-        Txn::new()
-            .when([
+    let size = object_bytes(key, value.len());
+    for _ in 0..MAX_USAGE_RACES {
+        let view = usage::read_view(ks, None).await?;
+        let (compares, count) = quota_guard(ks, &view, key, WriteKind::Create, (0, size, 1))?;
+        let (response, retried) = run(ks, || {
+            let mut when = vec![
                 marker_compare(ks),
                 Compare::create_revision(data_key.clone(), CompareOp::Equal, 0),
-            ])
-            .and_then([TxnOp::put(data_key.clone(), value.to_vec(), None)])
-            .or_else(read_back(ks, &data_key))
-    })
-    .await?;
-    if response.succeeded() {
-        let rev = committed_revision(&response)?;
-        return Ok(KeyValue {
-            key: key.to_owned(),
-            value,
-            create_revision: rev,
-            mod_revision: rev,
-        });
+            ];
+            when.extend(compares.iter().cloned());
+            Txn::new()
+                .when(when)
+                .and_then([
+                    TxnOp::put(data_key.clone(), value.to_vec(), None),
+                    count.clone(),
+                ])
+                .or_else(read_back(ks, &data_key))
+        })
+        .await?;
+        if response.succeeded() {
+            let rev = committed_revision(&response)?;
+            return Ok(KeyValue {
+                key: key.to_owned(),
+                value,
+                create_revision: rev,
+                mod_revision: rev,
+            });
+        }
+        match existing(ks, &response)? {
+            // Our own earlier attempt was applied before its answer got lost.
+            Some(kv) if retried && kv.value == value && kv.create_revision == kv.mod_revision => {
+                return Ok(kv)
+            }
+            Some(_) => {
+                return Err(StoreError::AlreadyExists {
+                    key: key.to_owned(),
+                })
+            }
+            // The key is absent: the usage counters moved meanwhile; read them again.
+            None => {}
+        }
     }
-    match existing(ks, &response)? {
-        // Our own earlier attempt was applied before its answer got lost.
-        Some(kv) if retried && kv.value == value && kv.create_revision == kv.mod_revision => Ok(kv),
-        Some(_) => Err(StoreError::AlreadyExists {
-            key: key.to_owned(),
-        }),
-        // Deleted between the comparison and the read cannot happen (one transaction): the
-        // marker compare failed with the key absent, which `existing` reported.
-        None => Err(StoreError::EtcdProtocol {
-            op: "txn",
-            detail: format!("create of {key:?} failed although the key is absent"),
-        }),
-    }
-}
-
-/// The precondition compare of update and delete.
-fn precondition(data_key: &str, expected: Option<Revision>) -> Compare {
-    match expected {
-        Some(rev) => Compare::mod_revision(data_key, CompareOp::Equal, layout::etcd_revision(rev)),
-        None => Compare::version(data_key, CompareOp::Greater, 0),
-    }
+    Err(contended(key))
 }
 
 /// The error for a failed update or delete precondition, given what the else branch read.
@@ -151,41 +185,68 @@ pub(crate) async fn update(
 ) -> Result<KeyValue> {
     ks.check_live()?;
     let data_key = ks.keys.data_key(key);
-    let (response, retried) = run(ks, || {
-        Txn::new()
-            .when([marker_compare(ks), precondition(&data_key, expected)])
-            .and_then([TxnOp::put(
-                data_key.clone(),
-                value.to_vec(),
-                Some(PutOptions::new().with_prev_key()),
-            )])
-            .or_else(read_back(ks, &data_key))
-    })
-    .await?;
-    if response.succeeded() {
-        let rev = committed_revision(&response)?;
-        let prev = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Put(put) => put.prev_key().map(|kv| kv.create_revision()),
-            _ => None,
-        });
-        let create_revision = prev.ok_or_else(|| StoreError::EtcdProtocol {
-            op: "txn",
-            detail: format!("update of {key:?} returned no previous value"),
-        })?;
-        return Ok(KeyValue {
+    let size = object_bytes(key, value.len());
+    for _ in 0..MAX_USAGE_RACES {
+        let view = usage::read_view(ks, Some(&data_key)).await?;
+        let current = view.key.clone().ok_or_else(|| StoreError::NotFound {
             key: key.to_owned(),
-            value,
-            create_revision: layout::revision(create_revision),
-            mod_revision: rev,
-        });
+        })?;
+        if expected.is_some_and(|e| e != current.mod_revision) {
+            return Err(precondition_error(key, Some(current)));
+        }
+        let old = object_bytes(key, current.value.len());
+        let (compares, count) = quota_guard(ks, &view, key, WriteKind::Update, (old, size, 0))?;
+        let seen = layout::etcd_revision(current.mod_revision);
+        let (response, retried) = run(ks, || {
+            let mut when = vec![
+                marker_compare(ks),
+                Compare::mod_revision(data_key.clone(), CompareOp::Equal, seen),
+            ];
+            when.extend(compares.iter().cloned());
+            Txn::new()
+                .when(when)
+                .and_then([
+                    TxnOp::put(
+                        data_key.clone(),
+                        value.to_vec(),
+                        Some(PutOptions::new().with_prev_key()),
+                    ),
+                    count.clone(),
+                ])
+                .or_else(read_back(ks, &data_key))
+        })
+        .await?;
+        if response.succeeded() {
+            let rev = committed_revision(&response)?;
+            let prev = response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Put(put) => put.prev_key().map(|kv| kv.create_revision()),
+                _ => None,
+            });
+            let create_revision = prev.ok_or_else(|| StoreError::EtcdProtocol {
+                op: "txn",
+                detail: format!("update of {key:?} returned no previous value"),
+            })?;
+            return Ok(KeyValue {
+                key: key.to_owned(),
+                value,
+                create_revision: layout::revision(create_revision),
+                mod_revision: rev,
+            });
+        }
+        match existing(ks, &response)? {
+            Some(kv) if retried && expected.is_some() && kv.value == value => return Ok(kv),
+            None => return Err(precondition_error(key, None)),
+            Some(kv) if expected.is_some_and(|e| e != kv.mod_revision) => {
+                return Err(precondition_error(key, Some(kv)))
+            }
+            // The key or the usage counters moved meanwhile; read them again.
+            Some(_) => {}
+        }
     }
-    match existing(ks, &response)? {
-        Some(kv) if retried && expected.is_some() && kv.value == value => Ok(kv),
-        other => Err(precondition_error(key, other)),
-    }
+    Err(contended(key))
 }
 
-/// Delete `key`; see [`Store::delete`](crate::Store::delete).
+/// Delete `key`; see [`Store::delete`](crate::Store::delete). Never refused by the quota.
 pub(crate) async fn delete(
     ks: &Keyspace,
     key: &str,
@@ -193,31 +254,56 @@ pub(crate) async fn delete(
 ) -> Result<KeyValue> {
     ks.check_live()?;
     let data_key = ks.keys.data_key(key);
-    let (response, _) = run(ks, || {
-        Txn::new()
-            .when([marker_compare(ks), precondition(&data_key, expected)])
-            .and_then([TxnOp::delete(
-                data_key.clone(),
-                Some(DeleteOptions::new().with_prev_key()),
-            )])
-            .or_else(read_back(ks, &data_key))
-    })
-    .await?;
-    if response.succeeded() {
-        let rev = committed_revision(&response)?;
-        let prev = response.op_responses().into_iter().find_map(|op| match op {
-            TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
-            _ => None,
-        });
-        let prev = prev.ok_or_else(|| StoreError::EtcdProtocol {
-            op: "txn",
-            detail: format!("delete of {key:?} returned no previous value"),
+    for _ in 0..MAX_USAGE_RACES {
+        let view = usage::read_view(ks, Some(&data_key)).await?;
+        let current = view.key.clone().ok_or_else(|| StoreError::NotFound {
+            key: key.to_owned(),
         })?;
-        let prev = ks.key_value(&prev)?;
-        return Ok(KeyValue {
-            mod_revision: rev,
-            ..prev
-        });
+        if expected.is_some_and(|e| e != current.mod_revision) {
+            return Err(precondition_error(key, Some(current)));
+        }
+        let old = object_bytes(key, current.value.len());
+        let (compares, count) = quota_guard(ks, &view, key, WriteKind::Delete, (old, 0, -1))?;
+        let seen = layout::etcd_revision(current.mod_revision);
+        let (response, _) = run(ks, || {
+            let mut when = vec![
+                marker_compare(ks),
+                Compare::mod_revision(data_key.clone(), CompareOp::Equal, seen),
+            ];
+            when.extend(compares.iter().cloned());
+            Txn::new()
+                .when(when)
+                .and_then([
+                    TxnOp::delete(data_key.clone(), Some(DeleteOptions::new().with_prev_key())),
+                    count.clone(),
+                ])
+                .or_else(read_back(ks, &data_key))
+        })
+        .await?;
+        if response.succeeded() {
+            let rev = committed_revision(&response)?;
+            let prev = response.op_responses().into_iter().find_map(|op| match op {
+                TxnOpResponse::Delete(delete) => delete.prev_kvs().first().cloned(),
+                _ => None,
+            });
+            let prev = prev.ok_or_else(|| StoreError::EtcdProtocol {
+                op: "txn",
+                detail: format!("delete of {key:?} returned no previous value"),
+            })?;
+            let prev = ks.key_value(&prev)?;
+            return Ok(KeyValue {
+                mod_revision: rev,
+                ..prev
+            });
+        }
+        match existing(ks, &response)? {
+            None => return Err(precondition_error(key, None)),
+            Some(kv) if expected.is_some_and(|e| e != kv.mod_revision) => {
+                return Err(precondition_error(key, Some(kv)))
+            }
+            // The key or the usage counters moved meanwhile; read them again.
+            Some(_) => {}
+        }
     }
-    Err(precondition_error(key, existing(ks, &response)?))
+    Err(contended(key))
 }

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::config::{SledConfig, DEFAULT_WATCH_BUFFER};
-use super::group_commit::GroupCommit;
+use super::group_commit::{FlushHook, FlushListener, GroupCommit};
 use super::keyspace::{tree_names, Keyspace, SledStore};
 use crate::error::Result;
 use crate::keyspace_name::validate as validate_name;
@@ -26,6 +26,7 @@ struct BackendInner {
     db: sled::Db,
     commit: Arc<GroupCommit>,
     history: u64,
+    history_bytes: u64,
     watch_buffer: usize,
     keyspaces: Mutex<HashMap<String, SledStore>>,
 }
@@ -39,16 +40,27 @@ impl SledBackend {
     /// [`open`](Self::open) with a given live-event channel capacity (tests use a tiny one to
     /// exercise lagging watchers).
     pub(crate) fn open_with_watch_buffer(config: SledConfig, watch_buffer: usize) -> Result<Self> {
+        Self::open_with(config, watch_buffer, None)
+    }
+
+    /// [`open`](Self::open) with a live-event channel capacity and a hook run before every
+    /// flush (tests delay flushes with it).
+    pub(crate) fn open_with(
+        config: SledConfig,
+        watch_buffer: usize,
+        flush_hook: Option<FlushHook>,
+    ) -> Result<Self> {
         let db = sled::Config::new()
             .path(&config.path)
             .cache_capacity(config.cache_capacity_bytes)
             .open()?;
-        let commit = Arc::new(GroupCommit::start(db.clone())?);
+        let commit = Arc::new(GroupCommit::start_with_hook(db.clone(), flush_hook)?);
         Ok(Self {
             inner: Arc::new(BackendInner {
                 db,
                 commit,
                 history: config.history,
+                history_bytes: config.history_bytes,
                 watch_buffer,
                 keyspaces: Mutex::new(HashMap::new()),
             }),
@@ -64,16 +76,16 @@ impl SledBackend {
         if let Some(store) = open.get(name) {
             return Ok(store.clone());
         }
-        let keyspace = Keyspace::open(
+        let keyspace = Arc::new(Keyspace::open(
             &self.inner.db,
             name,
-            self.inner.history,
+            (self.inner.history, self.inner.history_bytes),
             self.inner.watch_buffer,
             Arc::clone(&self.inner.commit),
-        )?;
-        let store = SledStore {
-            inner: Arc::new(keyspace),
-        };
+        )?);
+        let listener: Arc<dyn FlushListener> = keyspace.clone();
+        self.inner.commit.add_listener(Arc::downgrade(&listener));
+        let store = SledStore { inner: keyspace };
         open.insert(name.to_owned(), store.clone());
         Ok(store)
     }
@@ -90,6 +102,7 @@ impl SledBackend {
             let mut writer = s.inner.lock_writer();
             s.inner.dropped.store(true, Ordering::Release);
             writer.events = None;
+            writer.pending.clear();
             writer
         });
         for tree in tree_names(name) {

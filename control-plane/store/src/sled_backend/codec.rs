@@ -5,7 +5,7 @@
 //!   then `value_len (u32) | value` for Create and Update, and
 //!   `prev_mod_rev (u64) | prev_len (u32) | prev_value` for Update and Delete.
 //!   A Delete's event value is its previous value, so it is stored once.
-//! * meta tree: fixed names -> u64 BE.
+//! * meta tree: fixed names -> u64 BE; `usage` -> `bytes | objects | log_bytes` (3 u64 BE).
 //!
 //! Revisions are big-endian so sled's byte order is revision order. Decoding checks every
 //! length and returns None on any mismatch (including trailing bytes); callers turn that into
@@ -13,12 +13,42 @@
 
 use bytes::Bytes;
 
+use crate::quota::StorageUsage;
 use crate::types::{Event, EventKind, KeyValue, Revision};
 
 /// Meta key holding the current revision.
 pub(crate) const META_CURRENT: &[u8] = b"current_revision";
 /// Meta key holding the compacted revision.
 pub(crate) const META_COMPACTED: &[u8] = b"compacted_revision";
+
+/// Meta key holding the usage record (bytes and objects held, bytes of history kept).
+pub(crate) const META_USAGE: &[u8] = b"usage";
+
+/// Bytes an object record adds before the value (create and mod revisions).
+pub(crate) const OBJECT_HEADER: usize = 16;
+
+/// Encode the usage record.
+pub(crate) fn encode_usage(usage: StorageUsage, log_bytes: u64) -> [u8; 24] {
+    let mut out = [0u8; 24];
+    for (slot, n) in out
+        .chunks_exact_mut(8)
+        .zip([usage.bytes, usage.objects, log_bytes])
+    {
+        slot.copy_from_slice(&n.to_be_bytes());
+    }
+    out
+}
+
+/// Decode the usage record.
+pub(crate) fn decode_usage(bytes: &[u8]) -> Option<(StorageUsage, u64)> {
+    let mut reader = Reader { bytes };
+    let usage = StorageUsage {
+        bytes: reader.u64()?,
+        objects: reader.u64()?,
+    };
+    let log_bytes = reader.u64()?;
+    reader.bytes.is_empty().then_some((usage, log_bytes))
+}
 
 /// The sled key of a log entry.
 pub(crate) fn revision_key(rev: Revision) -> [u8; 8] {
@@ -191,6 +221,17 @@ mod tests {
             Some(decoded) => decoded,
             None => panic!("failed to decode {event:?}"),
         }
+    }
+
+    #[test]
+    fn usage_roundtrip() {
+        let usage = StorageUsage {
+            bytes: 7,
+            objects: 3,
+        };
+        let bytes = encode_usage(usage, 99);
+        assert_eq!(decode_usage(&bytes), Some((usage, 99)));
+        assert_eq!(decode_usage(&bytes[..23]), None);
     }
 
     #[test]

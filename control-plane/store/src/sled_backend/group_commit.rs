@@ -7,17 +7,38 @@
 //! writes.
 //!
 //! Guarantee: `wait_durable` returns Ok only after a flush that *started after* the caller's
-//! registration has completed, so the caller's committed write is on disk. The flusher is a
+//! registration has completed, so the caller's committed write is on disk.
+//!
+//! Publishing: keyspaces register as [`FlushListener`]s. Just before each flush the flusher
+//! asks every keyspace with committed-but-not-durable writes for its latest committed
+//! revision; once the flush has succeeded it tells each of them that everything up to that
+//! revision is durable, and only then releases the waiting writers. A keyspace broadcasts a
+//! write to watchers (and lets readers see it) only at that point, so nothing a client sees
+//! can be lost in a crash, and publishing does not depend on the writer's future still being
+//! polled. The flusher is a
 //! plain thread (not a tokio task) so the blocking `fsync` never occupies a runtime worker and
 //! the backend can be opened outside a runtime. Dropping the [`GroupCommit`] stops the thread
 //! after a final flush and joins it, which releases the database files.
 
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, Weak};
 use std::thread::JoinHandle;
 
 use tokio::sync::watch;
 
 use crate::error::StoreError;
+use crate::types::Revision;
+
+/// A keyspace told about durability by the flusher thread.
+pub(crate) trait FlushListener: Send + Sync + std::fmt::Debug {
+    /// Called before a flush: the latest committed revision that is not known durable yet, or
+    /// None when nothing is waiting. Must be cheap and must not wait on the flusher.
+    fn before_flush(&self) -> Option<Revision>;
+    /// Called after a successful flush with what `before_flush` returned.
+    fn after_flush(&self, durable: Revision);
+}
+
+/// A test hook run on the flusher thread before every flush (to delay it).
+pub(crate) type FlushHook = Arc<dyn Fn() + Send + Sync>;
 
 /// Ticket numbers: the n-th registered write gets n.
 type Ticket = u64;
@@ -40,10 +61,20 @@ struct Requests {
     stop: bool,
 }
 
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct Shared {
     requests: Mutex<Requests>,
     wake: Condvar,
+    listeners: Mutex<Vec<Weak<dyn FlushListener>>>,
+    hook: Option<FlushHook>,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("requests", &self.requests)
+            .finish_non_exhaustive()
+    }
 }
 
 /// Batches flushes of one sled database. See the module docs.
@@ -56,8 +87,20 @@ pub(crate) struct GroupCommit {
 
 impl GroupCommit {
     /// Start the flusher thread for `db`.
+    #[cfg(test)]
     pub(crate) fn start(db: sled::Db) -> Result<Self, StoreError> {
-        let shared = Arc::new(Shared::default());
+        Self::start_with_hook(db, None)
+    }
+
+    /// [`start`](Self::start) with a hook run before every flush (tests delay flushes).
+    pub(crate) fn start_with_hook(
+        db: sled::Db,
+        hook: Option<FlushHook>,
+    ) -> Result<Self, StoreError> {
+        let shared = Arc::new(Shared {
+            hook,
+            ..Shared::default()
+        });
         let (tx, rx) = watch::channel(Flushed::default());
         let thread_shared = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -69,6 +112,15 @@ impl GroupCommit {
             flushed: rx,
             thread: Some(thread),
         })
+    }
+
+    /// Tell `listener` about every flush from now on (until it is dropped).
+    pub(crate) fn add_listener(&self, listener: Weak<dyn FlushListener>) {
+        self.shared
+            .listeners
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(listener);
     }
 
     /// Register a write that has been committed in memory; returns its ticket.
@@ -137,7 +189,16 @@ fn flush_loop(db: &sled::Db, shared: &Shared, tx: &watch::Sender<Flushed>) {
             }
             (requests.issued, requests.stop)
         };
+        let marks = pending_marks(shared);
+        if let Some(hook) = &shared.hook {
+            hook();
+        }
         let result = db.flush();
+        if result.is_ok() {
+            for (listener, mark) in marks {
+                listener.after_flush(mark);
+            }
+        }
         tx.send_modify(|f| match result {
             Ok(_) => f.upto = target,
             Err(error) => {
@@ -150,6 +211,25 @@ fn flush_loop(db: &sled::Db, shared: &Shared, tx: &watch::Sender<Flushed>) {
             return;
         }
     }
+}
+
+/// Ask every live listener for its committed revision (dropping dead ones).
+fn pending_marks(shared: &Shared) -> Vec<(Arc<dyn FlushListener>, Revision)> {
+    let mut listeners = shared
+        .listeners
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner);
+    let mut marks = Vec::new();
+    listeners.retain(|weak| match weak.upgrade() {
+        None => false,
+        Some(listener) => {
+            if let Some(mark) = listener.before_flush() {
+                marks.push((listener, mark));
+            }
+            true
+        }
+    });
+    marks
 }
 
 #[cfg(test)]

@@ -7,7 +7,10 @@
 //! after R, so the scanned value is their value at R. Because the log is read *after* the scan
 //! and object + log entry are written in one transaction, any write racing with the scan is
 //! also in the log read, so the result is exactly the state at R; the current-revision list
-//! is the special case R = current revision at the start of the call.
+//! is the special case R = current revision at the start of the call. The current revision is
+//! the latest *durable* one: writes committed but not yet flushed are in the objects tree and
+//! the log, and are undone like any later change, so a list never shows a write that a crash
+//! could still lose.
 //!
 //! Cost: O(keys under the prefix after `start_after`) for the scan (keys and sled's shared
 //! value buffers, values are decoded only for returned items) plus O(log entries after R).

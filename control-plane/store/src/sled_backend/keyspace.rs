@@ -3,13 +3,21 @@
 //!
 //! Layout: three sled trees per keyspace, `fabrik/<name>/objects`, `fabrik/<name>/log` and
 //! `fabrik/<name>/meta` (see [`codec`](super::codec)). Every write updates all three in one
-//! sled transaction, so object, log entry and revision counter never disagree, also after a
-//! crash.
+//! sled transaction, so object, log entry, revision counter and usage never disagree, also
+//! after a crash.
+//!
+//! Visibility: a write is *committed* when its transaction is (in memory) and *durable* once
+//! a flush of the group-commit thread covers it. Readers only ever see durable revisions:
+//! `current_revision` is the latest durable one, lists are taken at it (undoing newer log
+//! entries), watch events are broadcast by the flusher after the flush, and a `get` that may
+//! have read a not yet durable value waits for the next flush. So a revision a client has
+//! seen survives any crash and is never handed out again.
 //!
 //! Blocking: sled reads and transactions are in-memory B-tree operations and run inline on
 //! the calling task; the only slow operation, `fsync`, runs on the group-commit thread (see
 //! [`group_commit`](super::group_commit)).
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -17,24 +25,35 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
-use super::codec::{self, META_COMPACTED, META_CURRENT};
-use super::group_commit::GroupCommit;
+use super::codec::{self, META_COMPACTED, META_CURRENT, META_USAGE};
+use super::group_commit::{FlushListener, GroupCommit};
 use super::{history, watch, write};
 use crate::error::{Result, StoreError};
+use crate::quota::{StorageLimits, StorageUsage};
 use crate::store::Store;
 use crate::types::{Event, KeyValue, ListOptions, ListResult, Revision, WatchStream};
 
 /// The revision of a keyspace that has never been written.
 pub const INITIAL_REVISION: Revision = 1;
 
-/// State guarded by the keyspace's writer lock. Holding it orders writes and watch
-/// subscriptions.
+/// State guarded by the keyspace's writer lock. Holding it orders writes, broadcasts and
+/// watch subscriptions.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    /// Latest committed revision.
-    pub(crate) current: Revision,
+    /// Latest committed revision (the last one handed out).
+    pub(crate) committed: Revision,
+    /// Latest durable revision: what readers see.
+    pub(crate) durable: Revision,
     /// Log entries at or below this revision have been removed.
     pub(crate) compacted: Revision,
+    /// Committed events not yet durable, in revision order (broadcast once durable).
+    pub(crate) pending: VecDeque<Arc<Event>>,
+    /// Bytes and objects held (as of the committed revision).
+    pub(crate) usage: StorageUsage,
+    /// Bytes of the log entries kept (as of the committed revision).
+    pub(crate) log_bytes: u64,
+    /// The keyspace's quota.
+    pub(crate) limits: StorageLimits,
     /// Live events, sent in revision order under this lock; None once the keyspace is dropped.
     pub(crate) events: Option<broadcast::Sender<Arc<Event>>>,
 }
@@ -46,12 +65,18 @@ pub(crate) struct Keyspace {
     pub(crate) objects: sled::Tree,
     pub(crate) log: sled::Tree,
     pub(crate) meta: sled::Tree,
-    /// Copy of `Writer::current` readable without the lock.
+    /// Copy of `Writer::durable` readable without the lock: the revision readers see.
     pub(crate) current: AtomicU64,
+    /// At least the revision of every transaction that has started to commit (set before the
+    /// transaction, so a reader that saw a write's object also sees a value >= its revision).
+    pub(crate) committed: AtomicU64,
+    /// Whether `Writer::pending` is non-empty (lets the flusher skip idle keyspaces).
+    pub(crate) has_pending: AtomicBool,
     /// Copy of `Writer::compacted` readable without the lock.
     pub(crate) compacted: AtomicU64,
     pub(crate) dropped: AtomicBool,
     pub(crate) history: u64,
+    pub(crate) history_bytes: u64,
     pub(crate) writer: Mutex<Writer>,
     pub(crate) commit: Arc<GroupCommit>,
 }
@@ -61,7 +86,7 @@ impl Keyspace {
     pub(crate) fn open(
         db: &sled::Db,
         name: &str,
-        history: u64,
+        (history, history_bytes): (u64, u64),
         watch_buffer: usize,
         commit: Arc<GroupCommit>,
     ) -> Result<Self> {
@@ -78,6 +103,18 @@ impl Keyspace {
         };
         let current = read_meta(META_CURRENT)?;
         let compacted = read_meta(META_COMPACTED)?;
+        let (usage, log_bytes) = match meta.get(META_USAGE)? {
+            Some(bytes) => codec::decode_usage(&bytes).ok_or_else(|| StoreError::Corrupt {
+                keyspace: name.to_owned(),
+                what: "usage",
+            })?,
+            // Written before usage was recorded: count once, then every write keeps it.
+            None => {
+                let counted = count_usage(&objects, &log)?;
+                meta.insert(META_USAGE, &codec::encode_usage(counted.0, counted.1)[..])?;
+                counted
+            }
+        };
         let (events, _) = broadcast::channel(watch_buffer.max(1));
         Ok(Self {
             name: name.to_owned(),
@@ -85,12 +122,20 @@ impl Keyspace {
             log,
             meta,
             current: AtomicU64::new(current),
+            committed: AtomicU64::new(current),
+            has_pending: AtomicBool::new(false),
             compacted: AtomicU64::new(compacted),
             dropped: AtomicBool::new(false),
             history,
+            history_bytes,
             writer: Mutex::new(Writer {
-                current,
+                committed: current,
+                durable: current,
                 compacted,
+                pending: VecDeque::new(),
+                usage,
+                log_bytes,
+                limits: StorageLimits::UNLIMITED,
                 events: Some(events),
             }),
             commit,
@@ -133,6 +178,59 @@ impl Keyspace {
     }
 }
 
+/// The usage of a keyspace written before usage was recorded: one scan of both trees.
+fn count_usage(objects: &sled::Tree, log: &sled::Tree) -> Result<(StorageUsage, u64)> {
+    let mut usage = StorageUsage::default();
+    for entry in objects.iter() {
+        let (key, value) = entry?;
+        let value_len = value.len().saturating_sub(codec::OBJECT_HEADER);
+        usage.bytes = usage
+            .bytes
+            .saturating_add(key.len() as u64)
+            .saturating_add(value_len as u64);
+        usage.objects += 1;
+    }
+    let mut log_bytes = 0u64;
+    for entry in log.iter() {
+        let (_, value) = entry?;
+        log_bytes = log_bytes.saturating_add(value.len() as u64);
+    }
+    Ok((usage, log_bytes))
+}
+
+impl FlushListener for Keyspace {
+    fn before_flush(&self) -> Option<Revision> {
+        if !self.has_pending.load(Ordering::Acquire) {
+            return None;
+        }
+        let writer = self.lock_writer();
+        writer.pending.back().map(|event| event.revision())
+    }
+
+    fn after_flush(&self, durable: Revision) {
+        let mut writer = self.lock_writer();
+        while writer
+            .pending
+            .front()
+            .is_some_and(|event| event.revision() <= durable)
+        {
+            let Some(event) = writer.pending.pop_front() else {
+                break;
+            };
+            if let Some(events) = &writer.events {
+                // No receivers is not an error: nobody is watching.
+                let _ = events.send(event);
+            }
+        }
+        if durable > writer.durable {
+            writer.durable = durable;
+            self.current.store(durable, Ordering::Release);
+        }
+        self.has_pending
+            .store(!writer.pending.is_empty(), Ordering::Release);
+    }
+}
+
 /// The sled tree names of keyspace `name`: objects, log, meta.
 pub(crate) fn tree_names(name: &str) -> [String; 3] {
     ["objects", "log", "meta"].map(|suffix| format!("fabrik/{name}/{suffix}"))
@@ -152,9 +250,16 @@ impl SledStore {
     }
 
     async fn write(&self, key: &str, op: write::Op) -> Result<KeyValue> {
-        let event = write::apply(&self.inner, key, op)?;
+        let kv = write::apply(&self.inner, key, op)?;
+        // The flusher publishes the event (and moves the visible revision) before it releases
+        // this wait, so a writer sees its own write in `current_revision` and in watches.
         self.inner.commit.wait_durable().await?;
-        Ok(event.kv)
+        Ok(kv)
+    }
+
+    /// Bytes of change history this keyspace keeps now.
+    pub fn history_bytes(&self) -> u64 {
+        self.inner.lock_writer().log_bytes
     }
 }
 
@@ -171,7 +276,14 @@ impl Store for SledStore {
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        self.inner.get(key)
+        let kv = self.inner.get(key)?;
+        // The read may reflect a committed write that is not durable yet: then wait for the
+        // flush that covers it (only reads racing with writes pay this).
+        let committed = self.inner.committed.load(Ordering::Acquire);
+        if committed > self.inner.current.load(Ordering::Acquire) {
+            self.inner.commit.wait_durable().await?;
+        }
+        Ok(kv)
     }
 
     async fn list(&self, opts: ListOptions) -> Result<ListResult> {
@@ -193,6 +305,17 @@ impl Store for SledStore {
 
     async fn delete(&self, key: &str, expected: Option<Revision>) -> Result<KeyValue> {
         self.write(key, write::Op::Delete { expected }).await
+    }
+
+    async fn set_limits(&self, limits: StorageLimits) -> Result<()> {
+        self.inner.check_live()?;
+        self.inner.lock_writer().limits = limits;
+        Ok(())
+    }
+
+    async fn usage(&self) -> Result<StorageUsage> {
+        self.inner.check_live()?;
+        Ok(self.inner.lock_writer().usage)
     }
 
     async fn watch(

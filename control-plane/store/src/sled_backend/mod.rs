@@ -19,5 +19,5 @@ mod write;
 mod tests;
 
 pub use backend::SledBackend;
-pub use config::{SledConfig, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY};
+pub use config::{SledConfig, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY, DEFAULT_HISTORY_BYTES};
 pub use keyspace::{SledStore, INITIAL_REVISION};

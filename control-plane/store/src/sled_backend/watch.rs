@@ -2,7 +2,8 @@
 //! no gap and no duplicate.
 //!
 //! How: the watcher subscribes to the keyspace's broadcast channel *under the writer lock* and
-//! notes the current revision S at that moment. Every event with revision <= S is then in the
+//! notes the durable revision S at that moment (events are broadcast under that lock, once
+//! durable, in revision order). Every event with revision <= S is then in the
 //! log, and every later one will arrive on the channel. The stream keeps a cursor: every
 //! revision <= cursor has been processed (yielded if under the prefix). It replays the log
 //! from the cursor to S in bounded chunks, then takes live events: one at or below the cursor
@@ -11,9 +12,9 @@
 //! truth, so a slow watcher loses nothing unless the gap has been compacted meanwhile, in
 //! which case it ends with [`StoreError::Compacted`].
 //!
-//! Live events reach watchers when committed, which is before they are flushed to disk; a
-//! crash can therefore lose an event a watcher in the same process has already seen (the
-//! watcher dies with the process).
+//! Live events reach watchers only once flushed to disk (the group-commit flusher broadcasts
+//! them after the flush), so an event a watcher has seen survives a crash, and its revision is
+//! never reused by another write. Replays read the log only up to durable revisions.
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -48,10 +49,10 @@ pub(crate) fn start(
                 compacted: writer.compacted,
             });
         }
-        if after > writer.current {
+        if after > writer.durable {
             return Err(StoreError::FutureRevision {
                 requested: after,
-                current: writer.current,
+                current: writer.durable,
             });
         }
         let Some(sender) = &writer.events else {
@@ -59,7 +60,7 @@ pub(crate) fn start(
                 name: ks.name.clone(),
             });
         };
-        (sender.subscribe(), writer.current)
+        (sender.subscribe(), writer.durable)
     };
     let ticker = progress_interval.filter(|p| !p.is_zero()).map(|period| {
         let mut ticker = tokio::time::interval_at(Instant::now() + period, period);

@@ -1,10 +1,12 @@
 //! The single write path of a keyspace: one create, update or delete becomes one revision.
 //!
 //! Under the keyspace's writer lock, one sled transaction across the objects, log and meta
-//! trees checks the precondition, writes the object, appends the log entry, bumps the revision
-//! counter and compacts a bounded number of old log entries. The event is then broadcast to
-//! live watchers, still under the lock, so broadcasts are in revision order. Durability is the
-//! caller's next step (group commit, outside the lock).
+//! trees checks the precondition and the quota, writes the object, appends the log entry,
+//! bumps the revision counter, updates the usage record and compacts old log entries (those
+//! beyond the history's revision bound, and the oldest ones while the history's bytes exceed
+//! its byte bound). The event is then queued, still under the lock; the group-commit flusher
+//! broadcasts it once a flush has made it durable (see [`keyspace`](super::keyspace)).
+//! Durability is the caller's next step (group commit, outside the lock).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,15 +15,21 @@ use bytes::Bytes;
 use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
 use sled::Transactional;
 
-use super::codec::{self, META_COMPACTED, META_CURRENT};
+use super::codec::{self, META_COMPACTED, META_CURRENT, META_USAGE};
 use super::keyspace::Keyspace;
 use crate::error::{Result, StoreError};
+use crate::quota::{self, object_bytes, WriteKind};
 use crate::types::{Event, EventKind, KeyValue, Revision};
 
-/// At most this many old log entries are removed per write. Normally a write removes exactly
-/// one (the entry falling out of the history window); the cap bounds the work after `history`
-/// has been lowered between restarts, spreading the backlog over later writes.
+/// At most this many old log entries beyond the revision bound are removed per write.
+/// Normally a write removes exactly one (the entry falling out of the history window); the cap
+/// bounds the work after `history` has been lowered between restarts, spreading the backlog
+/// over later writes.
 const MAX_COMPACT_PER_WRITE: u64 = 64;
+
+/// At most this many old log entries are removed per write to bring the history under its
+/// byte bound (one large write can push out many small entries).
+const MAX_COMPACT_BYTES_PER_WRITE: u64 = 4096;
 
 /// A requested change.
 #[derive(Clone, Debug)]
@@ -37,21 +45,64 @@ pub(crate) enum Op {
     Delete { expected: Option<Revision> },
 }
 
-/// Apply `op` to `key` as the next revision; returns the resulting event.
-pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<Event> {
+/// What one transaction changed besides the object.
+struct Outcome {
+    event: Event,
+    compacted: Revision,
+    usage: quota::StorageUsage,
+    log_bytes: u64,
+}
+
+/// Apply `op` to `key` as the next revision; returns the written record (for a delete, the
+/// last value with the deletion revision). The write is committed, not yet durable.
+pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<KeyValue> {
     let mut writer = ks.lock_writer();
     ks.check_live()?;
-    let rev = writer.current + 1;
-    let compact_to = writer
-        .compacted
-        .max(rev.saturating_sub(ks.history))
-        .min(writer.compacted + MAX_COMPACT_PER_WRITE);
-    let compact_from = writer.compacted + 1;
+    let rev = writer.committed + 1;
+    let count_target = writer.compacted.max(rev.saturating_sub(ks.history));
+    // Never compact past what readers can see (they list and watch from durable revisions),
+    // and always keep the new entry.
+    let ceiling = writer.durable.min(rev - 1);
+    let history_bound = ks
+        .history_bytes
+        .min(writer.limits.bytes.unwrap_or(u64::MAX));
+    let (limits, usage, log_bytes, compacted) = (
+        writer.limits,
+        writer.usage,
+        writer.log_bytes,
+        writer.compacted,
+    );
+    // Readers that see this write's object must see a committed mark >= rev (see `get`).
+    ks.committed.store(rev, Ordering::Release);
 
     let outcome = (&ks.objects, &ks.log, &ks.meta).transaction(|(objects, log, meta)| {
         let existing = read_existing(ks, objects, key)?;
         let event =
             next_event(key, &op, existing, rev).map_err(ConflictableTransactionError::Abort)?;
+        let (kind, old, new, objects_delta) = match (&event.kind, &event.prev) {
+            (EventKind::Create, _) => (
+                WriteKind::Create,
+                0,
+                object_bytes(key, event.kv.value.len()),
+                1,
+            ),
+            (EventKind::Update, prev) => (
+                WriteKind::Update,
+                prev.as_ref()
+                    .map_or(0, |p| object_bytes(key, p.value.len())),
+                object_bytes(key, event.kv.value.len()),
+                0,
+            ),
+            (EventKind::Delete, prev) => (
+                WriteKind::Delete,
+                prev.as_ref()
+                    .map_or(0, |p| object_bytes(key, p.value.len())),
+                0,
+                -1,
+            ),
+        };
+        quota::check(&ks.name, limits, usage, kind, old, new)
+            .map_err(ConflictableTransactionError::Abort)?;
         match event.kind {
             EventKind::Delete => {
                 objects.remove(key.as_bytes())?;
@@ -67,32 +118,56 @@ pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<Event> {
         }
         let entry = codec::encode_event(&event)
             .ok_or_else(|| ConflictableTransactionError::Abort(ks.corrupt("oversized log")))?;
+        let mut log_bytes = log_bytes.saturating_add(entry.len() as u64);
         log.insert(&codec::revision_key(rev), entry)?;
-        for old in compact_from..=compact_to {
-            log.remove(&codec::revision_key(old))?;
+        let mut compact_to = compacted;
+        let mut removed = 0u64;
+        while compact_to < ceiling
+            && ((compact_to < count_target && removed < MAX_COMPACT_PER_WRITE)
+                || (log_bytes > history_bound && removed < MAX_COMPACT_BYTES_PER_WRITE))
+        {
+            compact_to += 1;
+            removed += 1;
+            if let Some(old) = log.remove(&codec::revision_key(compact_to))? {
+                log_bytes = log_bytes.saturating_sub(old.len() as u64);
+            }
         }
+        let usage = quota::apply(usage, old, new, objects_delta);
         meta.insert(META_CURRENT, &rev.to_be_bytes())?;
-        if compact_to >= compact_from {
+        meta.insert(META_USAGE, &codec::encode_usage(usage, log_bytes)[..])?;
+        if compact_to > compacted {
             meta.insert(META_COMPACTED, &compact_to.to_be_bytes())?;
         }
-        Ok(event)
+        Ok(Outcome {
+            event,
+            compacted: compact_to,
+            usage,
+            log_bytes,
+        })
     });
-    let event = match outcome {
-        Ok(event) => event,
-        Err(TransactionError::Abort(error)) => return Err(error),
-        Err(TransactionError::Storage(error)) => return Err(StoreError::Backend(error)),
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            ks.committed.store(writer.committed, Ordering::Release);
+            return Err(match error {
+                TransactionError::Abort(error) => error,
+                TransactionError::Storage(error) => StoreError::Backend(error),
+            });
+        }
     };
 
-    writer.current = rev;
-    writer.compacted = compact_to;
-    ks.current.store(rev, Ordering::Release);
-    ks.compacted.store(compact_to, Ordering::Release);
-    if let Some(events) = &writer.events {
-        // No receivers is not an error: nobody is watching.
-        let _ = events.send(Arc::new(event.clone()));
+    writer.committed = rev;
+    writer.compacted = outcome.compacted;
+    writer.usage = outcome.usage;
+    writer.log_bytes = outcome.log_bytes;
+    ks.compacted.store(outcome.compacted, Ordering::Release);
+    let kv = outcome.event.kv.clone();
+    if writer.events.is_some() {
+        writer.pending.push_back(Arc::new(outcome.event));
+        ks.has_pending.store(true, Ordering::Release);
     }
     drop(writer);
-    Ok(event)
+    Ok(kv)
 }
 
 /// Read and decode the current object inside the transaction.
