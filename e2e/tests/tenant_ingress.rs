@@ -44,6 +44,8 @@ metadata: {name: web}
 spec:
   sync:
     extraKinds: [ingresses.networking.k8s.io, widgets.example.com]
+  isolation:
+    ingressClasses: [public]
 "#;
 
 const INGRESS: &str = r#"apiVersion: networking.k8s.io/v1
@@ -139,6 +141,8 @@ fn ingresses_sync_when_asked_and_unknown_kinds_are_reported() -> Result<()> {
         v["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
         "shop-x-default-x-web"
     );
+    // No class named: the tenant's first allowed class, never the host's default.
+    assert_eq!(v["spec"]["ingressClassName"], "public", "{v}");
     assert!(
         v["metadata"]["annotations"]["nginx.ingress.kubernetes.io/server-snippet"].is_null(),
         "{v}"
@@ -265,7 +269,7 @@ fn extra_kinds_and_policy_follow_spec_changes() -> Result<()> {
             "late",
             "--type=merge",
             "-p",
-            r#"{"spec":{"sync":{"extraKinds":["ingresses.networking.k8s.io"]},"isolation":{"allow":["privileged"]}}}"#,
+            r#"{"spec":{"sync":{"extraKinds":["ingresses.networking.k8s.io"]},"isolation":{"allow":["privileged"],"ingressClasses":["public"]}}}"#,
         ],
     )?)?;
     poll("the host Ingress after the spec change", host_ingress)?;

@@ -4,12 +4,191 @@
 //!
 //! Messages follow the API server's field error style, `<path>: Forbidden: <why>`, one per
 //! offending field, so the caller can return them as the causes of a 403/422 Status.
+//!
+//! Besides pods ([`check_pod`]; volume paths in [`crate::paths`]), the network objects the
+//! syncer copies: Services ([`check_service`]: no `externalIPs`, `ExternalName` only to names
+//! on the Tenant's list), Endpoints and EndpointSlices ([`check_endpoints`],
+//! [`check_endpoint_slice`]: no address that can never be a pod's, no `FQDN` slices) and, when
+//! the tenant's Ingresses are synced, Ingresses ([`crate::ingresses::check_ingress`]).
+//! [`check`] dispatches by resource.
 
 use fabrik_api::RESERVED_PREFIX;
 use serde_json::Value;
 
+use crate::addresses;
 use crate::gpu;
 use crate::policy::Policy;
+use crate::services::{allowed_external_name, is_dns_label};
+
+/// A resource the tenant admission checks: `(API group, plural)`.
+pub fn checks(group: &str, plural: &str, policy: &Policy) -> bool {
+    matches!(
+        (group, plural),
+        ("", "pods" | "services" | "endpoints") | ("discovery.k8s.io", "endpointslices")
+    ) || (group == "networking.k8s.io" && plural == "ingresses" && policy.sync_ingresses)
+}
+
+/// Checks a create (`old` is `None`) or update of an object of resource `(group, plural)` in a
+/// tenant cluster; resources not checked here are admitted. `Err` lists every refused field.
+pub fn check(
+    group: &str,
+    plural: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    policy: &Policy,
+) -> Result<(), Vec<String>> {
+    if !checks(group, plural, policy) {
+        return Ok(());
+    }
+    match (group, plural) {
+        ("", "pods") => match old {
+            Some(old) => check_pod_update(old, obj, policy),
+            None => check_pod(obj, policy),
+        },
+        ("", "services") => check_service(obj, policy),
+        ("", "endpoints") => check_endpoints(obj),
+        ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj),
+        ("networking.k8s.io", "ingresses") => crate::ingresses::check_ingress(obj, policy),
+        _ => Ok(()),
+    }
+}
+
+fn result(errs: Vec<String>) -> Result<(), Vec<String>> {
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
+
+/// Checks a tenant Service: `externalIPs` claim addresses on the host's nodes and are refused;
+/// an `ExternalName` must be a DNS name on the Tenant's `externalNames` list. (Cluster IPs,
+/// node ports and load balancer settings the tenant chooses stay in the tenant: the host copy
+/// never carries them.)
+pub fn check_service(svc: &Value, policy: &Policy) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    let spec = &svc["spec"];
+    if spec["externalIPs"]
+        .as_array()
+        .is_some_and(|a| !a.is_empty())
+    {
+        errs.push(forbidden(
+            "spec.externalIPs",
+            "external IPs would claim addresses on the host's nodes; not allowed in tenant clusters",
+        ));
+    }
+    if spec["type"].as_str() == Some("ExternalName") && allowed_external_name(svc, policy).is_none()
+    {
+        let name = spec["externalName"].as_str().unwrap_or("");
+        errs.push(forbidden(
+            "spec.externalName",
+            &format!(
+                "{name:?} is not one of the DNS names this tenant's ExternalName Services may \
+                 point at ({})",
+                if policy.external_names.is_empty() {
+                    "none".to_string()
+                } else {
+                    policy.external_names.join(", ")
+                }
+            ),
+        ));
+    }
+    result(errs)
+}
+
+fn check_ip(text: &str, path: &str, family: Option<&str>, errs: &mut Vec<String>) {
+    match addresses::parse_ip(text) {
+        None => errs.push(format!(
+            "{path}: Invalid value: {text:?}: must be a valid IP address"
+        )),
+        Some(ip) => {
+            if let Some(why) = addresses::special(ip) {
+                errs.push(format!(
+                    "{path}: Invalid value: {text:?}: {why}; not a pod address"
+                ));
+            } else if family.is_some_and(|f| (f == "IPv4") != ip.is_ipv4()) {
+                errs.push(format!(
+                    "{path}: Invalid value: {text:?}: must be an {} address",
+                    family.unwrap_or("")
+                ));
+            }
+        }
+    }
+}
+
+fn check_hostname(v: &Value, path: &str, errs: &mut Vec<String>) {
+    if let Some(h) = v.as_str() {
+        if !is_dns_label(h) {
+            errs.push(format!(
+                "{path}: Invalid value: {h:?}: must be a lowercase RFC 1123 label"
+            ));
+        }
+    }
+}
+
+/// Checks a tenant Endpoints: every address an IP that could be a pod's (not loopback,
+/// link-local, unspecified, multicast), every hostname a DNS label. Which pods the addresses
+/// are is checked by the syncer, which copies only the tenant's own.
+pub fn check_endpoints(ep: &Value) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    for (i, s) in ep["subsets"].as_array().into_iter().flatten().enumerate() {
+        for list in ["addresses", "notReadyAddresses"] {
+            for (j, a) in s[list].as_array().into_iter().flatten().enumerate() {
+                let path = format!("subsets[{i}].{list}[{j}]");
+                check_ip(
+                    a["ip"].as_str().unwrap_or(""),
+                    &format!("{path}.ip"),
+                    None,
+                    &mut errs,
+                );
+                check_hostname(&a["hostname"], &format!("{path}.hostname"), &mut errs);
+            }
+        }
+    }
+    result(errs)
+}
+
+/// Checks a tenant EndpointSlice: `IPv4` or `IPv6` addresses that could be a pod's, of the
+/// slice's family. `FQDN` slices (names, which the host would resolve) are refused.
+pub fn check_endpoint_slice(slice: &Value) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    let family = slice["addressType"].as_str().unwrap_or("");
+    match family {
+        "IPv4" | "IPv6" => {}
+        "FQDN" => errs.push(forbidden(
+            "addressType",
+            "FQDN EndpointSlices name hosts the host cluster would resolve; not allowed in \
+             tenant clusters (use IPv4 or IPv6 with the addresses of your pods)",
+        )),
+        other => errs.push(format!(
+            "addressType: Unsupported value: {other:?}: supported values: \"IPv4\", \"IPv6\""
+        )),
+    }
+    let family = matches!(family, "IPv4" | "IPv6").then_some(family);
+    for (i, e) in slice["endpoints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        if family.is_some() {
+            for (j, a) in e["addresses"].as_array().into_iter().flatten().enumerate() {
+                check_ip(
+                    a.as_str().unwrap_or(""),
+                    &format!("endpoints[{i}].addresses[{j}]"),
+                    family,
+                    &mut errs,
+                );
+            }
+        }
+        check_hostname(
+            &e["hostname"],
+            &format!("endpoints[{i}].hostname"),
+            &mut errs,
+        );
+    }
+    result(errs)
+}
 
 /// The capabilities the Pod Security Standards' baseline profile allows to add.
 pub const BASELINE_CAPABILITIES: &[&str] = &[
@@ -87,6 +266,7 @@ fn check_metadata(pod: &Value, errs: &mut Vec<String>) {
 }
 
 fn check_spec(spec: &Value, policy: &Policy, errs: &mut Vec<String>) {
+    errs.extend(crate::paths::check_spec(spec));
     if !policy.allow_host_namespaces {
         for (field, what) in [
             ("hostNetwork", "host networking"),
@@ -406,6 +586,130 @@ mod tests {
             check_pod(&pod, &Policy::default()).map_err(|e| e.len()),
             Err(3)
         );
+    }
+
+    #[test]
+    fn hostile_network_objects_are_refused() {
+        let policy = Policy {
+            external_names: vec!["db.example.com".into()],
+            ingress_classes: vec!["tenant".into()],
+            sync_ingresses: true,
+            ..Default::default()
+        };
+        let svc = |spec: Value| json!({"metadata": {"name": "s", "namespace": "n"}, "spec": spec});
+        let ep = |ip: &str| {
+            json!({"metadata": {"name": "s", "namespace": "n"},
+                "subsets": [{"addresses": [{"ip": ip}], "ports": [{"port": 80}]}]})
+        };
+        let slice = |family: &str, address: &str| {
+            json!({"metadata": {"name": "s-1", "namespace": "n",
+                    "labels": {"kubernetes.io/service-name": "s"}},
+                "addressType": family, "endpoints": [{"addresses": [address]}]})
+        };
+        // (group, plural, object, expected message start)
+        let table: Vec<(&str, &str, Value, &str)> = vec![
+            ("", "services", svc(json!({"ports": [{"port": 80}], "externalIPs": ["10.0.0.1"]})),
+                "spec.externalIPs: Forbidden"),
+            ("", "services", svc(json!({"type": "ExternalName", "externalName": "metadata.google.internal"})),
+                "spec.externalName: Forbidden: \"metadata.google.internal\" is not one of"),
+            ("", "services", svc(json!({"type": "ExternalName", "externalName": "kubernetes.default.svc.cluster.local"})),
+                "spec.externalName: Forbidden"),
+            ("", "services", svc(json!({"type": "ExternalName", "externalName": "169.254.169.254"})),
+                "spec.externalName: Forbidden"),
+            ("", "endpoints", ep("127.0.0.1"), "subsets[0].addresses[0].ip: Invalid value: \"127.0.0.1\": may not be in the loopback range"),
+            ("", "endpoints", ep("169.254.169.254"), "subsets[0].addresses[0].ip: Invalid value: \"169.254.169.254\": may not be in the link-local range"),
+            ("", "endpoints", ep("0.0.0.0"), "subsets[0].addresses[0].ip: Invalid value: \"0.0.0.0\""),
+            ("", "endpoints", ep("224.0.0.251"), "subsets[0].addresses[0].ip: Invalid value"),
+            ("", "endpoints", ep("fe80::1"), "subsets[0].addresses[0].ip: Invalid value: \"fe80::1\""),
+            ("", "endpoints", ep("::ffff:127.0.0.1"), "subsets[0].addresses[0].ip: Invalid value"),
+            ("", "endpoints", ep("metadata.google.internal"), "subsets[0].addresses[0].ip: Invalid value: \"metadata.google.internal\": must be a valid IP"),
+            ("", "endpoints", ep("0177.0.0.1"), "subsets[0].addresses[0].ip: Invalid value"),
+            ("discovery.k8s.io", "endpointslices", slice("IPv4", "127.0.0.1"), "endpoints[0].addresses[0]: Invalid value: \"127.0.0.1\""),
+            ("discovery.k8s.io", "endpointslices", slice("IPv4", "169.254.169.254"), "endpoints[0].addresses[0]: Invalid value"),
+            ("discovery.k8s.io", "endpointslices", slice("IPv6", "::1"), "endpoints[0].addresses[0]: Invalid value"),
+            ("discovery.k8s.io", "endpointslices", slice("IPv4", "fd00::1"), "endpoints[0].addresses[0]: Invalid value: \"fd00::1\": must be an IPv4"),
+            ("discovery.k8s.io", "endpointslices", slice("FQDN", "metadata.google.internal"), "addressType: Forbidden"),
+            ("networking.k8s.io", "ingresses",
+                json!({"metadata": {"name": "i", "namespace": "n"}, "spec": {"ingressClassName": "platform"}}),
+                "spec.ingressClassName: Forbidden: IngressClass \"platform\""),
+        ];
+        for (group, plural, obj, want) in &table {
+            let errs = check(group, plural, obj, None, &policy).expect_err(want);
+            assert!(
+                errs.len() == 1 && errs[0].starts_with(want),
+                "{obj}: want {want:?}, got {errs:?}"
+            );
+        }
+        // What the tenant's own controllers and ordinary users write passes.
+        let admitted: Vec<(&str, &str, Value)> = vec![
+            (
+                "",
+                "services",
+                svc(json!({"type": "ExternalName", "externalName": "db.example.com"})),
+            ),
+            (
+                "",
+                "services",
+                svc(
+                    json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}],
+                "clusterIP": "10.96.5.5", "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
+                ),
+            ),
+            ("", "endpoints", ep("10.244.0.10")),
+            (
+                "",
+                "endpoints",
+                json!({"metadata": {"name": "s"}, "subsets": [{"addresses": [
+                {"ip": "10.244.0.10", "hostname": "web-0", "nodeName": "gpu-1",
+                 "targetRef": {"kind": "Pod", "name": "web-0"}}]}]}),
+            ),
+            (
+                "discovery.k8s.io",
+                "endpointslices",
+                slice("IPv4", "10.244.0.10"),
+            ),
+            (
+                "discovery.k8s.io",
+                "endpointslices",
+                slice("IPv6", "fd00::10"),
+            ),
+            (
+                "networking.k8s.io",
+                "ingresses",
+                json!({"metadata": {"name": "i"}, "spec": {"ingressClassName": "tenant"}}),
+            ),
+            (
+                "",
+                "configmaps",
+                json!({"metadata": {"name": "c"}, "data": {"a": "127.0.0.1"}}),
+            ),
+        ];
+        for (group, plural, obj) in &admitted {
+            assert_eq!(check(group, plural, obj, None, &policy), Ok(()), "{obj}");
+        }
+        // Ingresses are checked only when they are synced.
+        let unsynced = Policy {
+            sync_ingresses: false,
+            ..policy.clone()
+        };
+        let ing = json!({"metadata": {"name": "i"}, "spec": {"ingressClassName": "platform"}});
+        assert_eq!(
+            check("networking.k8s.io", "ingresses", &ing, None, &unsynced),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn pod_volume_paths_are_checked_at_admission() {
+        let mut pod = base();
+        set(
+            &mut pod,
+            "/spec/containers/0/volumeMounts",
+            json!([{"name": "v", "mountPath": "/m", "subPath": "../../etc"}]),
+        );
+        let errs = check_pod(&pod, &pool_policy()).expect_err("refused");
+        assert_eq!(errs.len(), 1, "{errs:?}");
+        assert!(errs[0].starts_with("spec.containers[0].volumeMounts[0].subPath: Invalid value"));
     }
 
     #[test]

@@ -9,10 +9,155 @@
 //! inject server configuration — `nginx.ingress.kubernetes.io/configuration-snippet` — so none
 //! reaches the host), and `resource` backends (a reference to an arbitrary object kind).
 //! Status (the load balancer's addresses) comes back up.
+//!
+//! IngressClasses: a synced Ingress may name only a host IngressClass on the Tenant's
+//! `isolation.ingressClasses` list, in `spec.ingressClassName` or in the legacy
+//! `kubernetes.io/ingress.class` annotation (both set: they must agree). An Ingress naming no
+//! class gets the first class on the list on the host — never no class, which the host's
+//! default-class admission would fill with a class the tenant was not given. With an empty list
+//! no Ingress is synced. The tenant's admission refuses the others ([`check_ingress`]); the
+//! builder refuses them again ([`host_ingress`] returns `None`).
+//!
+//! Hosts and paths are checked as upstream's validation does (DNS names, a wildcard only as the
+//! first label, no IP; paths absolute, without `//`, `/./`, `/../`, `%2f` for `Exact` and
+//! `Prefix`), and further: no whitespace, control characters, quotes, `;`, `{`, `}` or `\` in a
+//! path (an ingress controller may paste paths into its server configuration). A rule or path
+//! that fails is left out of the host copy.
 
 use serde_json::{json, Map, Value};
 
 use crate::naming;
+use crate::policy::Policy;
+use crate::services::is_dns_subdomain;
+
+/// The reason of the tenant Event about an Ingress not synced for its class.
+pub const REASON_CLASS_REFUSED: &str = "IngressClassRefused";
+
+/// The legacy annotation naming an Ingress's class.
+pub const CLASS_ANNOTATION: &str = "kubernetes.io/ingress.class";
+
+/// The host IngressClass of a tenant Ingress, or why it may have none.
+pub fn ingress_class(ing: &Value, policy: &Policy) -> Result<String, String> {
+    let field = ing["spec"]["ingressClassName"].as_str();
+    let annotation = ing["metadata"]["annotations"][CLASS_ANNOTATION].as_str();
+    let (path, class) = match (field, annotation) {
+        (Some(f), Some(a)) if f != a => {
+            return Err(format!(
+                "metadata.annotations[{CLASS_ANNOTATION}]: Invalid value: {a:?}: can not be set \
+                 when the class field is also set to another class ({f:?})"
+            ))
+        }
+        (Some(f), _) => ("spec.ingressClassName", f),
+        (None, Some(a)) => ("metadata.annotations[kubernetes.io/ingress.class]", a),
+        (None, None) => {
+            return policy.ingress_classes.first().cloned().ok_or_else(|| {
+                "spec.ingressClassName: Forbidden: this tenant may use no host IngressClass \
+                 (the Tenant's spec.isolation.ingressClasses is empty)"
+                    .to_string()
+            })
+        }
+    };
+    if policy.allows_ingress_class(class) {
+        Ok(class.to_string())
+    } else {
+        Err(format!(
+            "{path}: Forbidden: IngressClass {class:?} is not one of this tenant's ({})",
+            if policy.ingress_classes.is_empty() {
+                "none".to_string()
+            } else {
+                policy.ingress_classes.join(", ")
+            }
+        ))
+    }
+}
+
+/// Upstream's host check: a DNS subdomain, `*` only as the whole first label, not an IP.
+fn host_error(host: &str) -> Option<&'static str> {
+    let bare = host.strip_prefix("*.").unwrap_or(host);
+    if crate::addresses::parse_ip(host).is_some() {
+        Some("must be a DNS name, not an IP address")
+    } else if !is_dns_subdomain(bare) {
+        Some("a lowercase RFC 1123 subdomain (a wildcard only as the first label) is required")
+    } else {
+        None
+    }
+}
+
+/// Upstream's path check, and the characters a path may not hold here.
+fn path_error(path: &str, path_type: &str) -> Option<&'static str> {
+    if path.chars().any(|c| {
+        c.is_control()
+            || c.is_whitespace()
+            || matches!(c, '"' | '\'' | ';' | '{' | '}' | '\\' | '`')
+    }) {
+        return Some(
+            "must not contain whitespace, control characters, quotes, ';', '{', '}', '\\' or '`'",
+        );
+    }
+    if path_type == "ImplementationSpecific" {
+        return (!path.is_empty() && !path.starts_with('/')).then_some("must be an absolute path");
+    }
+    if !path.starts_with('/') {
+        return Some("must be an absolute path");
+    }
+    if ["//", "/./", "/../", "%2f", "%2F"]
+        .iter()
+        .any(|s| path.contains(s))
+        || path.ends_with("/..")
+        || path.ends_with("/.")
+    {
+        return Some("must not contain '//', '/./', '/../' or '%2f', nor end with '/.' or '/..'");
+    }
+    None
+}
+
+fn path_type(p: &Value) -> &str {
+    p["pathType"].as_str().unwrap_or("ImplementationSpecific")
+}
+
+/// Checks a tenant Ingress that will be synced; `Err` lists every refused field.
+pub fn check_ingress(ing: &Value, policy: &Policy) -> Result<(), Vec<String>> {
+    let mut errs = Vec::new();
+    if let Err(e) = ingress_class(ing, policy) {
+        errs.push(e);
+    }
+    let spec = &ing["spec"];
+    for (i, r) in spec["rules"].as_array().into_iter().flatten().enumerate() {
+        if let Some(h) = r["host"].as_str() {
+            if let Some(why) = host_error(h) {
+                errs.push(format!("spec.rules[{i}].host: Invalid value: {h:?}: {why}"));
+            }
+        }
+        for (j, p) in r["http"]["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let path = p["path"].as_str().unwrap_or("");
+            if let Some(why) = path_error(path, path_type(p)) {
+                errs.push(format!(
+                    "spec.rules[{i}].http.paths[{j}].path: Invalid value: {path:?}: {why}"
+                ));
+            }
+        }
+    }
+    for (i, t) in spec["tls"].as_array().into_iter().flatten().enumerate() {
+        for (j, h) in t["hosts"].as_array().into_iter().flatten().enumerate() {
+            let h = h.as_str().unwrap_or("");
+            if let Some(why) = host_error(h) {
+                errs.push(format!(
+                    "spec.tls[{i}].hosts[{j}]: Invalid value: {h:?}: {why}"
+                ));
+            }
+        }
+    }
+    if errs.is_empty() {
+        Ok(())
+    } else {
+        Err(errs)
+    }
+}
 
 /// The `<resource>.<group>` a Tenant names to sync Ingresses.
 pub const EXTRA_KIND: &str = "ingresses.networking.k8s.io";
@@ -29,14 +174,13 @@ fn backend(b: &Value, ns: &str, tenant: &str) -> Option<Value> {
     Some(json!({"service": {"name": naming::host_name(name, ns, tenant), "port": port}}))
 }
 
-/// The host Ingress for a tenant Ingress.
-pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
+/// The host Ingress for a tenant Ingress; `None` when it may name no host IngressClass.
+pub fn host_ingress(ing: &Value, tenant: &str, policy: &Policy) -> Option<Value> {
     let ns = ing["metadata"]["namespace"].as_str().unwrap_or("");
     let spec = &ing["spec"];
     let mut out = Map::new();
-    if let Some(class) = spec["ingressClassName"].as_str() {
-        out.insert("ingressClassName".into(), json!(class));
-    }
+    let class = ingress_class(ing, policy).ok()?;
+    out.insert("ingressClassName".into(), json!(class));
     if let Some(b) = backend(&spec["defaultBackend"], ns, tenant) {
         out.insert("defaultBackend".into(), b);
     }
@@ -44,6 +188,7 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
         .as_array()
         .into_iter()
         .flatten()
+        .filter(|r| r["host"].as_str().is_none_or(|h| host_error(h).is_none()))
         .map(|r| {
             let mut rule = Map::new();
             if let Some(h) = r["host"].as_str() {
@@ -53,6 +198,7 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
                 .as_array()
                 .into_iter()
                 .flatten()
+                .filter(|p| path_error(p["path"].as_str().unwrap_or(""), path_type(p)).is_none())
                 .filter_map(|p| {
                     let b = backend(&p["backend"], ns, tenant)?;
                     let mut path = Map::new();
@@ -83,7 +229,11 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
         .map(|t| {
             let mut o = Map::new();
             if let Some(hosts) = t["hosts"].as_array() {
-                let hosts: Vec<&str> = hosts.iter().filter_map(Value::as_str).collect();
+                let hosts: Vec<&str> = hosts
+                    .iter()
+                    .filter_map(Value::as_str)
+                    .filter(|h| host_error(h).is_none())
+                    .collect();
                 o.insert("hosts".into(), json!(hosts));
             }
             if let Some(secret) = t["secretName"].as_str() {
@@ -98,7 +248,7 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
     if !tls.is_empty() {
         out.insert("tls".into(), Value::Array(tls));
     }
-    json!({
+    Some(json!({
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": naming::host_metadata(
@@ -108,7 +258,7 @@ pub fn host_ingress(ing: &Value, tenant: &str) -> Value {
             Default::default(),
         ),
         "spec": out,
-    })
+    }))
 }
 
 /// The status of a host Ingress, for its tenant Ingress: its load balancer, as a Service's.
@@ -140,7 +290,11 @@ mod tests {
                 "unknown": {"field": true}
             }
         });
-        let h = host_ingress(&ing, "acme");
+        let policy = Policy {
+            ingress_classes: vec!["nginx".into()],
+            ..Default::default()
+        };
+        let h = host_ingress(&ing, "acme", &policy).expect("an allowed class");
         assert_eq!(h["metadata"]["name"], "web-x-shop-x-acme");
         assert_eq!(h["metadata"]["namespace"], "fabrik-acme");
         assert_eq!(h["metadata"]["labels"]["fabrik.dev/tenant"], "acme");
@@ -164,6 +318,139 @@ mod tests {
         assert_eq!(paths[0]["backend"]["service"]["port"]["name"], "http");
         assert_eq!(spec["tls"][0]["secretName"], "shop-tls-x-shop-x-acme");
         assert!(spec["unknown"].is_null());
+    }
+
+    fn ingress(class: Option<&str>, annotation: Option<&str>) -> Value {
+        let mut ing = json!({"metadata": {"name": "web", "namespace": "shop"},
+            "spec": {"rules": [{"host": "shop.example.com", "http": {"paths": [
+                {"path": "/", "pathType": "Prefix",
+                 "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}]}});
+        if let Some(c) = class {
+            ing["spec"]["ingressClassName"] = json!(c);
+        }
+        if let Some(a) = annotation {
+            ing["metadata"]["annotations"] = json!({CLASS_ANNOTATION: a});
+        }
+        ing
+    }
+
+    #[test]
+    fn only_the_tenant_classes_are_named_on_the_host() {
+        let policy = Policy {
+            ingress_classes: vec!["tenant-nginx".into(), "tenant-alb".into()],
+            ..Default::default()
+        };
+        // (class field, annotation, host class or the refused field)
+        type Row<'a> = (Option<&'a str>, Option<&'a str>, Result<&'a str, &'a str>);
+        let table: &[Row] = &[
+            (Some("tenant-alb"), None, Ok("tenant-alb")),
+            (None, Some("tenant-alb"), Ok("tenant-alb")),
+            (Some("tenant-alb"), Some("tenant-alb"), Ok("tenant-alb")),
+            (None, None, Ok("tenant-nginx")),
+            (
+                Some("platform-internal"),
+                None,
+                Err("spec.ingressClassName: Forbidden"),
+            ),
+            (
+                None,
+                Some("platform-internal"),
+                Err("metadata.annotations[kubernetes.io/ingress.class]: Forbidden"),
+            ),
+            (
+                Some("tenant-alb"),
+                Some("platform-internal"),
+                Err("metadata.annotations[kubernetes.io/ingress.class]: Invalid"),
+            ),
+        ];
+        for (class, annotation, want) in table {
+            let ing = ingress(*class, *annotation);
+            let host = host_ingress(&ing, "t", &policy);
+            let checked = check_ingress(&ing, &policy);
+            match want {
+                Ok(c) => {
+                    assert_eq!(checked, Ok(()), "{class:?} {annotation:?}");
+                    let h = host.expect("a host Ingress");
+                    assert_eq!(h["spec"]["ingressClassName"], *c);
+                    assert!(h["metadata"]["annotations"][CLASS_ANNOTATION].is_null());
+                }
+                Err(e) => {
+                    assert!(host.is_none(), "{class:?} {annotation:?} was synced");
+                    let errs = checked.expect_err("refused");
+                    assert!(errs.len() == 1 && errs[0].starts_with(e), "{errs:?}");
+                }
+            }
+        }
+        // No class allowed: nothing is synced, and the message says why.
+        let none = Policy::default();
+        assert!(host_ingress(&ingress(None, None), "t", &none).is_none());
+        let errs = check_ingress(&ingress(None, None), &none).expect_err("refused");
+        assert!(errs[0].contains("ingressClasses is empty"), "{errs:?}");
+    }
+
+    #[test]
+    fn hostile_hosts_and_paths_are_refused_and_left_out() {
+        let policy = Policy {
+            ingress_classes: vec!["c".into()],
+            ..Default::default()
+        };
+        let table: &[(&str, &str, &str, &str)] = &[
+            // (host, path, pathType, refused field)
+            ("10.0.0.1", "/", "Prefix", "spec.rules[0].host"),
+            ("a.*.example.com", "/", "Prefix", "spec.rules[0].host"),
+            ("Shop.example.com", "/", "Prefix", "spec.rules[0].host"),
+            (
+                "shop.example.com",
+                "/a/../b",
+                "Prefix",
+                "spec.rules[0].http.paths[0].path",
+            ),
+            (
+                "shop.example.com",
+                "relative",
+                "Exact",
+                "spec.rules[0].http.paths[0].path",
+            ),
+            (
+                "shop.example.com",
+                "/a%2fb",
+                "Prefix",
+                "spec.rules[0].http.paths[0].path",
+            ),
+            (
+                "shop.example.com",
+                "/x { return 200; }",
+                "ImplementationSpecific",
+                "spec.rules[0].http.paths[0].path",
+            ),
+            (
+                "shop.example.com",
+                "/x\nlocation",
+                "ImplementationSpecific",
+                "spec.rules[0].http.paths[0].path",
+            ),
+        ];
+        for (host, path, path_type, field) in table {
+            let mut ing = ingress(Some("c"), None);
+            ing["spec"]["rules"][0]["host"] = json!(host);
+            ing["spec"]["rules"][0]["http"]["paths"][0]["path"] = json!(path);
+            ing["spec"]["rules"][0]["http"]["paths"][0]["pathType"] = json!(path_type);
+            let errs = check_ingress(&ing, &policy).expect_err(path);
+            assert!(
+                errs.len() == 1 && errs[0].starts_with(field),
+                "{host} {path}: {errs:?}"
+            );
+            let h = host_ingress(&ing, "t", &policy).expect("a host Ingress");
+            let copied = h["spec"]["rules"].to_string();
+            assert!(
+                !copied.contains(&json!(host).to_string())
+                    || !copied.contains(&json!(path).to_string()),
+                "{host} {path} reached the host: {copied}"
+            );
+        }
+        let mut wildcard = ingress(Some("c"), None);
+        wildcard["spec"]["rules"][0]["host"] = json!("*.shop.example.com");
+        assert_eq!(check_ingress(&wildcard, &policy), Ok(()));
     }
 
     #[test]

@@ -33,6 +33,10 @@ pub enum Error {
     /// The tenant pod has no name or namespace.
     #[error("tenant pod has no name or namespace")]
     Unnamed,
+    /// A volume path of the tenant pod could escape its volume (see [`crate::paths`]); the
+    /// tenant's admission refuses such pods, so this one predates it or bypassed it.
+    #[error("tenant pod names unsafe volume paths: {}", .0.join("; "))]
+    UnsafePath(Vec<String>),
 }
 
 /// What the pod builder needs to know besides the pod.
@@ -53,6 +57,11 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     let name = meta["name"].as_str().ok_or(Error::Unnamed)?;
     let ns = meta["namespace"].as_str().ok_or(Error::Unnamed)?;
     let spec = &pod["spec"];
+    // Never copy a path that was not checked: the same check as the tenant's admission.
+    let unsafe_paths = crate::paths::check_spec(spec);
+    if !unsafe_paths.is_empty() {
+        return Err(Error::UnsafePath(unsafe_paths));
+    }
     let sa = spec["serviceAccountName"].as_str().unwrap_or("default");
     let mut extra = naming::tenant_annotations(pod);
     extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
@@ -847,6 +856,60 @@ mod tests {
             h["spec"]["dnsConfig"]["searches"][0],
             "ns.svc.cluster.local"
         );
+    }
+
+    #[test]
+    fn unsafe_volume_paths_are_never_built() {
+        let p = policy();
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+            token_secret: Some("tok"),
+        };
+        // (pointer into the hostile pod, value)
+        let table: &[(&str, Value)] = &[
+            (
+                "/spec/containers/0/volumeMounts/0/subPath",
+                json!("../../../../etc"),
+            ),
+            (
+                "/spec/containers/0/volumeMounts/0/subPath",
+                json!("/var/run"),
+            ),
+            (
+                "/spec/containers/0/volumeMounts/0/subPathExpr",
+                json!("$(UP)/x"),
+            ),
+            (
+                "/spec/volumes/1/configMap/items",
+                json!([{"key": "k", "path": "../../x"}]),
+            ),
+            (
+                "/spec/volumes/2/secret/items",
+                json!([{"key": "k", "path": "/etc/passwd"}]),
+            ),
+            (
+                "/spec/volumes/5/projected/sources/0/serviceAccountToken/path",
+                json!("../token"),
+            ),
+            (
+                "/spec/volumes/5/projected/sources/2/downwardAPI/items/0/path",
+                json!("..data/x"),
+            ),
+        ];
+        for (pointer, value) in table {
+            let mut pod = hostile();
+            pod["spec"]["containers"][0]["env"] = json!([{"name": "UP", "value": ".."}]);
+            let (parent, field) = pointer.rsplit_once('/').expect("a field");
+            pod.pointer_mut(parent).expect(parent)[field] = value.clone();
+            match host_pod(&pod, &ctx) {
+                Err(Error::UnsafePath(errs)) => assert_eq!(errs.len(), 1, "{pointer}: {errs:?}"),
+                other => panic!("{pointer}: built {other:?}"),
+            }
+        }
+        let mut ok = hostile();
+        ok["spec"]["containers"][0]["volumeMounts"][0]["subPath"] = json!("data/sub");
+        assert!(host_pod(&ok, &ctx).is_ok());
     }
 
     #[test]

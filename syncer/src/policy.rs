@@ -49,6 +49,15 @@ pub struct Policy {
     /// The tenant's DNS server; when set, host pods get `dnsPolicy: None` with this nameserver
     /// and the tenant's search path.
     pub dns_nameserver: Option<String>,
+    /// Whether the tenant's Ingresses are synced to the host (its Ingresses are then checked
+    /// against [`Policy::ingress_classes`] at admission).
+    pub sync_ingresses: bool,
+    /// Host IngressClasses the tenant's synced Ingresses may name (none by default). An Ingress
+    /// without a class gets the first one on the host.
+    pub ingress_classes: Vec<String>,
+    /// DNS names `ExternalName` Services may point at (none by default); `*.example.com`
+    /// allows every name under `example.com`.
+    pub external_names: Vec<String>,
 }
 
 impl Policy {
@@ -59,6 +68,38 @@ impl Policy {
         };
         self.tolerations.iter().any(|p| same_toleration(p, &t))
     }
+
+    /// Whether an `ExternalName` Service may point at `name` (compared without case and
+    /// without a trailing dot; `*.example.com` matches names under `example.com`, not
+    /// `example.com` itself).
+    pub fn allows_external_name(&self, name: &str) -> bool {
+        let name = normal_dns_name(name);
+        if name.is_empty() {
+            return false;
+        }
+        self.external_names.iter().any(|allowed| {
+            let allowed = normal_dns_name(allowed);
+            match allowed.strip_prefix("*.") {
+                Some(domain) => {
+                    !domain.is_empty()
+                        && name
+                            .strip_suffix(domain)
+                            .is_some_and(|head| head.len() > 1 && head.ends_with('.'))
+                }
+                None => !allowed.is_empty() && allowed == name,
+            }
+        })
+    }
+
+    /// Whether a synced Ingress may name host IngressClass `class`.
+    pub fn allows_ingress_class(&self, class: &str) -> bool {
+        self.ingress_classes.iter().any(|c| c == class)
+    }
+}
+
+/// A DNS name compared as DNS does: lower case, without the root's trailing dot.
+pub fn normal_dns_name(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
 /// Tolerations compare by what they tolerate; `operator` defaults to `Equal`.
@@ -69,4 +110,38 @@ fn same_toleration(a: &Toleration, b: &Toleration) -> bool {
         && a.value.clone().unwrap_or_default() == b.value.clone().unwrap_or_default()
         && a.effect == b.effect
         && (a.toleration_seconds == b.toleration_seconds || b.toleration_seconds.is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn external_names_match_exactly_or_under_a_wildcard() {
+        let p = Policy {
+            external_names: vec!["db.example.com".into(), "*.svc.example.org".into()],
+            ..Default::default()
+        };
+        for ok in [
+            "db.example.com",
+            "DB.Example.com.",
+            "a.svc.example.org",
+            "a.b.svc.example.org",
+        ] {
+            assert!(p.allows_external_name(ok), "{ok}");
+        }
+        for bad in [
+            "svc.example.org",
+            "xsvc.example.org",
+            "example.com",
+            "db.example.com.evil.net",
+            "evil-db.example.com",
+            "kubernetes.default.svc",
+            "",
+            ".",
+        ] {
+            assert!(!p.allows_external_name(bad), "{bad}");
+        }
+        assert!(!Policy::default().allows_external_name("db.example.com"));
+    }
 }
