@@ -494,3 +494,98 @@ async fn scale_binding_and_eviction() {
         .expect_err("budget");
     assert_eq!(err.code(), 429);
 }
+
+/// Issue 12, item 11: a tenant over its store quota gets 403 Forbidden naming the limit, the
+/// refused object is not stored, and a full tenant can still clean up — also objects with
+/// finalizers, whose deletion is an update (`deletionTimestamp`) that grows them.
+#[tokio::test]
+async fn store_quota_refuses_growth_with_403_and_allows_cleanup() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+    let keyspace = backend.keyspace("t").expect("keyspace");
+    let store: Arc<dyn Store> = Arc::new(keyspace.clone());
+    let reg = Registry::new(store.clone(), Arc::new(Catalog::builtin()));
+    crate::cluster::bootstrap(&reg).await.expect("bootstrap");
+    let d = def(&reg, "", "configmaps");
+    let mut held = cm("held");
+    held["metadata"]["finalizers"] = json!(["example.com/x"]);
+    reg.create(&d, Some("default"), held, &WriteOptions::default())
+        .await
+        .expect("create");
+    // Room for exactly one more object.
+    let used = store.usage().await.expect("usage");
+    store
+        .set_limits(fabrik_store::StorageLimits {
+            bytes: Some(used.bytes + 64 * 1024),
+            objects: Some(used.objects + 1),
+        })
+        .await
+        .expect("limits");
+    reg.create(&d, Some("default"), cm("fits"), &WriteOptions::default())
+        .await
+        .expect("one more fits");
+    let err = reg
+        .create(&d, Some("default"), cm("over"), &WriteOptions::default())
+        .await
+        .expect_err("over the objects quota");
+    assert_eq!((err.code(), err.reason()), (403, "Forbidden"));
+    assert!(err.to_string().contains("exceeded quota: objects"), "{err}");
+    assert_eq!(
+        reg.get(&d, Some("default"), "over")
+            .await
+            .expect_err("not stored")
+            .code(),
+        404
+    );
+    // A value that does not fit in the bytes left (nor in the update grace).
+    let mut big = cm("fits");
+    big["data"]["k"] = json!("x".repeat(200 * 1024));
+    let err = reg
+        .update(
+            &d,
+            Some("default"),
+            "fits",
+            big,
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .expect_err("over the bytes quota");
+    assert_eq!(err.code(), 403);
+    assert!(err.to_string().contains("exceeded quota: storage"), "{err}");
+    let kept = reg.get(&d, Some("default"), "fits").await.expect("kept");
+    assert_eq!(kept["data"]["k"], "v", "the refused update changed nothing");
+
+    // Full: deletes pass, the finalizer dance too.
+    reg.delete(&d, Some("default"), "fits", &DeleteOptions::default())
+        .await
+        .expect("delete while full");
+    let (_, gone) = reg
+        .delete(&d, Some("default"), "held", &DeleteOptions::default())
+        .await
+        .expect("mark for deletion while full");
+    assert!(!gone);
+    reg.patch(
+        &d,
+        Some("default"),
+        "held",
+        BodyType::MergePatch,
+        &json!({"metadata": {"finalizers": null}}),
+        Part::Main,
+        &WriteOptions::default(),
+    )
+    .await
+    .expect("remove the finalizer");
+    assert_eq!(
+        reg.get(&d, Some("default"), "held")
+            .await
+            .expect_err("gone")
+            .code(),
+        404
+    );
+    // The room freed is usable again.
+    reg.create(&d, Some("default"), cm("again"), &WriteOptions::default())
+        .await
+        .expect("create after cleanup");
+    drop(keyspace);
+}
