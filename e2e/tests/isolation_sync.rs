@@ -554,7 +554,8 @@ fn volume_paths_and_ingress_classes_are_kept_to_the_tenant() -> Result<()> {
     );
 
     // Ingresses: (name, class field, class annotation, host class or None when refused)
-    let ingresses: Vec<(&str, Option<&str>, Option<&str>, Option<&str>)> = vec![
+    type IngressRow<'a> = (&'a str, Option<&'a str>, Option<&'a str>, Option<&'a str>);
+    let ingresses: Vec<IngressRow> = vec![
         ("platform", Some("platform-internal"), None, None),
         ("legacy", None, Some("platform-internal"), None),
         (
