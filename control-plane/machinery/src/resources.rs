@@ -74,12 +74,20 @@ pub fn list_of(v: &Value) -> ResourceList {
         .collect()
 }
 
+/// The amounts of a pod's `ResourceList`: like [`list_of`], negative entries left out (they
+/// are refused by validation; never let one lower what a pod counts).
+fn amounts(v: &Value) -> ResourceList {
+    let mut out = list_of(v);
+    out.retain(|_, q| !q.is_negative());
+    out
+}
+
 /// A container's requests (`field` = `requests`: each missing request is its limit, as the
 /// API server defaults it) or limits.
 fn container_list(c: &Value, field: &str) -> ResourceList {
-    let mut out = list_of(&c["resources"][field]);
+    let mut out = amounts(&c["resources"][field]);
     if field == "requests" {
-        for (k, q) in list_of(&c["resources"]["limits"]) {
+        for (k, q) in amounts(&c["resources"]["limits"]) {
             out.entry(k).or_insert(q);
         }
     }
@@ -131,7 +139,7 @@ pub fn pod_requests(pod: &Value) -> ResourceList {
             reqs.insert(k, q);
         }
     }
-    add_list(&mut reqs, &list_of(&spec["overhead"]));
+    add_list(&mut reqs, &amounts(&spec["overhead"]));
     reqs
 }
 
@@ -140,12 +148,12 @@ pub fn pod_requests(pod: &Value) -> ResourceList {
 pub fn pod_limits(pod: &Value) -> ResourceList {
     let spec = &pod["spec"];
     let mut limits = aggregate(spec, "limits");
-    for (k, q) in list_of(&spec["resources"]["limits"]) {
+    for (k, q) in amounts(&spec["resources"]["limits"]) {
         if POD_LEVEL_RESOURCES.contains(&k.as_str()) {
             limits.insert(k, q);
         }
     }
-    for (k, q) in list_of(&spec["overhead"]) {
+    for (k, q) in amounts(&spec["overhead"]) {
         if let Some(cur) = limits.get(&k) {
             let sum = saturating_add(cur, &q);
             limits.insert(k, sum);
@@ -387,6 +395,32 @@ pub fn validate_container_resources(resources: &Value, path: &str) -> Vec<FieldE
     errs
 }
 
+/// Upstream's `spec.overhead` rules (`validateOverhead`): valid resource names and
+/// quantities, none negative, extended resources whole.
+pub fn validate_overhead(overhead: &Value, path: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if overhead.is_null() {
+        return errs;
+    }
+    let Some(map) = overhead.as_object() else {
+        errs.push(FieldError::invalid(
+            path,
+            &raw_text(overhead),
+            "must be an object",
+        ));
+        return errs;
+    };
+    for (name, q) in map {
+        let at = format!("{path}[{name}]");
+        let qualified = validation::qualified_name(name);
+        for msg in qualified {
+            errs.push(FieldError::invalid(&at, name, msg));
+        }
+        validate_quantity(name, q, &at, &mut errs);
+    }
+    errs
+}
+
 /// Upstream's pod-level `spec.resources` rules: only cpu and memory, non-negative, requests at
 /// most the limits.
 pub fn validate_pod_resources(resources: &Value, path: &str) -> Vec<FieldError> {
@@ -466,6 +500,21 @@ mod tests {
             "containers": [{"name": "m", "resources": {"requests": {"cpu": "1"}}}]}});
         assert_eq!(pod_requests(&pod_level)["cpu"], q("8"));
         assert!(!pod_requests(&pod_level).contains_key("nvidia.com/gpu"));
+    }
+
+    #[test]
+    fn negative_amounts_never_lower_a_pod() {
+        let pod = json!({"spec": {"overhead": {"nvidia.com/gpu": "-1"}, "containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "-4"}}},
+        ]}});
+        assert_eq!(pod_requests(&pod)["nvidia.com/gpu"], q("2"));
+        assert!(!pod_requests(&pod).contains_key("cpu"));
+        let errs = validate_overhead(
+            &json!({"nvidia.com/gpu": "-1", "cpu": "1"}),
+            "spec.overhead",
+        );
+        assert_eq!(errs.len(), 1);
+        assert_eq!(errs[0].field, "spec.overhead[nvidia.com/gpu]");
     }
 
     #[test]

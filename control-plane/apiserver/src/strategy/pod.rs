@@ -192,6 +192,10 @@ pub(crate) fn validate_pod_spec(spec: &Value, path: &str) -> Vec<FieldError> {
         &spec["resources"],
         &format!("{path}.resources"),
     ));
+    errs.extend(resources::validate_overhead(
+        &spec["overhead"],
+        &format!("{path}.overhead"),
+    ));
     if let Some(p) = spec["restartPolicy"].as_str() {
         if !RESTART_POLICIES.contains(&p) {
             errs.push(not_supported(
