@@ -1,5 +1,6 @@
 //! etcd-only behaviour: a three-member cluster losing a member under write and watch load,
-//! and a keyspace dropped by another process (another backend connection).
+//! a keyspace dropped by another process (another backend connection), and the usage of a
+//! keyspace written before usage was recorded, counted once and shared by replicas.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -156,5 +157,55 @@ async fn compaction_is_monotonic() -> TestResult {
         backend.compact(far).await,
         Err(StoreError::FutureRevision { .. })
     ));
+    Ok(())
+}
+
+/// A keyspace written before usage was recorded (no counters in etcd) is counted once when
+/// opened, by every replica alike, and its quota is then enforced on that count; limits set by
+/// one replica hold for another.
+#[tokio::test]
+async fn usage_of_an_existing_keyspace_is_counted_and_shared() -> TestResult {
+    let etcd = start_etcd(1).await?;
+    let mut raw = etcd_client::Client::connect(etcd.endpoints(), None).await?;
+    // What an older Fabrik left: the marker and two objects, no usage records.
+    raw.put("/fabrik/keyspaces/old", "", None).await?;
+    raw.put("/fabrik/data/old//a", "12345", None).await?;
+    raw.put("/fabrik/data/old//bb", "1", None).await?;
+    let one = etcd_connect(etcd.endpoints()).await?;
+    let store = one.keyspace("old").await?;
+    let counted = crate::StorageUsage {
+        bytes: (2 + 5) + (3 + 1),
+        objects: 2,
+    };
+    assert_eq!(store.usage().await?, counted);
+    store
+        .set_limits(crate::StorageLimits {
+            bytes: None,
+            objects: Some(3),
+        })
+        .await?;
+    // Another replica sees the same usage and limits.
+    let two = etcd_connect(etcd.endpoints()).await?;
+    let other = two.keyspace("old").await?;
+    assert_eq!(other.usage().await?, counted);
+    other.create("/c", val("v")).await?;
+    assert!(matches!(
+        store.create("/d", val("v")).await,
+        Err(StoreError::QuotaExceeded {
+            resource: "objects",
+            used: 3,
+            limit: 3,
+            ..
+        })
+    ));
+    assert_eq!(store.get("/d").await?, None);
+    store.delete("/a", None).await?;
+    assert_eq!(
+        other.usage().await?,
+        crate::StorageUsage {
+            bytes: (3 + 1) + (2 + 1),
+            objects: 2
+        }
+    );
     Ok(())
 }

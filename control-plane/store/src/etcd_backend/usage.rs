@@ -4,7 +4,7 @@
 //! Layout under `P/usage/<keyspace>/`:
 //! * `limits`: `"<bytes>,<objects>"` (decimal, empty = unlimited), written by
 //!   [`Store::set_limits`](crate::Store::set_limits);
-//! * `<incarnation>/s<NN>`: one of [`STRIPES`] usage counters `"<bytes>,<objects>"`. A key
+//! * `<incarnation>/s<NN>`: one of [`STRIPES`] (64) usage counters `"<bytes>,<objects>"`. A key
 //!   always counts in the same stripe (a hash of the key), so a write updates one small record
 //!   in the same transaction as the data, and concurrent writes of different keys rarely
 //!   contend. The incarnation (the marker's create revision) keeps a re-created keyspace from
@@ -31,7 +31,7 @@ use crate::quota::{StorageLimits, StorageUsage};
 use crate::types::KeyValue;
 
 /// Usage counters per keyspace.
-pub(crate) const STRIPES: u64 = 16;
+pub(crate) const STRIPES: u64 = 64;
 /// Within this many bytes of the bytes limit, writes compare every stripe.
 pub(crate) const STRICT_BYTES: u64 = 64 * 1024 * 1024;
 /// Within this many objects of the objects limit, writes compare every stripe.
@@ -354,7 +354,7 @@ mod tests {
     fn stripes_are_stable_and_spread() {
         assert_eq!(stripe_of("/a"), stripe_of("/a"));
         let used: std::collections::HashSet<u64> =
-            (0..200).map(|i| stripe_of(&format!("/k/{i}"))).collect();
+            (0..2000).map(|i| stripe_of(&format!("/k/{i}"))).collect();
         assert_eq!(used.len() as u64, STRIPES);
     }
 }
