@@ -84,42 +84,37 @@ pub fn is_gpu_resource(resource: &str) -> bool {
         || resource.starts_with("fabrik.dev/shared-gpu-")
 }
 
-/// Requests of a pod: per resource, the larger of the containers' sum and any init container's
-/// (requests default to limits, as the API server does for extended resources); `pods: 1`.
+/// Requests of a pod as upstream's scheduler counts them (`PodRequests`, the one calculation
+/// in `fabrik_machinery::resources`): app containers and sidecars (`restartPolicy: Always`
+/// init containers) summed, other init containers as a maximum (with the sidecars started
+/// before them), plus the overhead; requests default to limits; `pods: 1`. A quantity that
+/// does not parse is an error.
 pub fn requests(pod: &Pod) -> Result<BTreeMap<String, i64>, quantity::Error> {
-    let mut sum: BTreeMap<String, i64> = BTreeMap::new();
-    let mut init_max: BTreeMap<String, i64> = BTreeMap::new();
     let Some(spec) = &pod.spec else {
         return Ok(BTreeMap::from([("pods".to_string(), 1)]));
     };
-    let container_requests = |c: &k8s_openapi::api::core::v1::Container| {
-        let mut out = BTreeMap::new();
+    // Every quantity must parse (the pod is refused otherwise).
+    for c in spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+    {
         if let Some(r) = &c.resources {
             for map in [&r.limits, &r.requests].into_iter().flatten() {
                 for (k, q) in map {
-                    out.insert(k.clone(), quantity::amount(k, &q.0)?);
+                    quantity::amount(k, &q.0)?;
                 }
             }
         }
-        Ok::<_, quantity::Error>(out)
-    };
-    for c in &spec.containers {
-        for (k, v) in container_requests(c)? {
-            *sum.entry(k).or_insert(0) += v;
-        }
     }
-    for c in spec.init_containers.iter().flatten() {
-        for (k, v) in container_requests(c)? {
-            let e = init_max.entry(k).or_insert(0);
-            *e = (*e).max(v);
-        }
+    let value = serde_json::to_value(pod).unwrap_or_default();
+    let mut out = BTreeMap::new();
+    for (k, q) in fabrik_machinery::resources::pod_requests(&value) {
+        let n = quantity::amount(&k, &q.to_string())?;
+        out.insert(k, n);
     }
-    for (k, v) in init_max {
-        let e = sum.entry(k).or_insert(0);
-        *e = (*e).max(v);
-    }
-    sum.insert("pods".into(), 1);
-    Ok(sum)
+    out.insert("pods".into(), 1);
+    Ok(out)
 }
 
 fn meta_value<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
@@ -297,4 +292,31 @@ pub fn nodes(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec<Node
         }
     }
     views
+}
+
+#[cfg(test)]
+mod requests_tests {
+    use super::*;
+
+    #[test]
+    fn sidecars_count_with_the_app_containers() {
+        let gpu = serde_json::json!({"limits": {"nvidia.com/gpu": "1"}});
+        let pod: Pod = serde_json::from_value(serde_json::json!({"spec": {
+            "initContainers": [
+                {"name": "s", "restartPolicy": "Always", "resources": gpu},
+                {"name": "i", "resources": {"requests": {"cpu": "3"}}},
+            ],
+            "containers": [{"name": "m", "resources": {"limits": {"nvidia.com/gpu": "1"},
+                "requests": {"cpu": "500m"}}}],
+        }}))
+        .expect("pod");
+        let r = requests(&pod).expect("requests");
+        assert_eq!(r["nvidia.com/gpu"], 2);
+        assert_eq!(r["cpu"], 3000);
+        assert_eq!(r["pods"], 1);
+        let bad: Pod = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+            {"name": "m", "resources": {"limits": {"cpu": "lots"}}}]}}))
+        .expect("pod");
+        assert!(requests(&bad).is_err());
+    }
 }
