@@ -13,7 +13,8 @@ ARG RUST_VERSION=1.95
 ARG DEBIAN_RELEASE=bookworm
 
 FROM rust:${RUST_VERSION}-${DEBIAN_RELEASE} AS builder
-# protoc and the well-known types: etcd-client generates its gRPC code at build time.
+# protoc and the well-known types: etcd-client (the `etcd` feature, on in the image: the chart
+# runs several replicas on etcd) generates its gRPC code at build time.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends protobuf-compiler libprotobuf-dev \
     && rm -rf /var/lib/apt/lists/*
@@ -21,7 +22,7 @@ WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked \
+    cargo build --release --locked --features control-plane/etcd \
         -p control-plane --bin fabrik \
         -p node-agent --bin fabrik-node-agent \
     && install -D -m 0755 target/release/fabrik /out/fabrik \

@@ -4,14 +4,17 @@
 //! [`StoreSpec`] is the parsed `--store` flag (`sled`, or `etcd://HOST:PORT[,HOST:PORT…]`);
 //! [`Keyspaces`] opens and drops keyspaces on whichever backend it names, so the tenant
 //! manager does not know which one it runs on.
+//!
+//! The etcd backend is the `etcd` cargo feature (its client's build needs `protoc`); a build
+//! without it parses `--store etcd://…` and says how to get a build that has it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use fabrik_api::tenant::TenantQuota;
-use fabrik_store::{
-    EtcdBackend, EtcdConfig, EtcdTls, SledBackend, StorageLimits, Store, StoreError,
-};
+#[cfg(feature = "etcd")]
+use fabrik_store::{EtcdBackend, EtcdConfig, EtcdTls};
+use fabrik_store::{SledBackend, StorageLimits, Store, StoreError};
 
 /// Bytes a tenant's objects may take in the store when `spec.quota.storage` is unset: 1 GiB.
 ///
@@ -69,7 +72,15 @@ pub enum Error {
     /// TLS files were given for the sled store, or a key without a certificate.
     #[error("{0}")]
     Tls(String),
+    /// `--store etcd://…` in a build without the etcd backend.
+    #[error(
+        "--store etcd://…: this fabrik was built without the etcd store backend; build it with \
+         `cargo build --release -p control-plane --features etcd` (needs `protoc`), or use the \
+         chart's image"
+    )]
+    NotBuilt,
     /// etcd did not answer.
+    #[cfg(feature = "etcd")]
     #[error("cannot connect to etcd at {endpoints}: {source}")]
     Connect {
         /// The endpoints tried.
@@ -171,10 +182,16 @@ impl StoreArgs {
         let tls = self.tls()?;
         Ok(match &self.store {
             StoreSpec::Sled => crate::control_plane::open_store(dir, cache_mib, history)?.into(),
+            #[cfg(feature = "etcd")]
             StoreSpec::Etcd(members) => {
                 let etcd = connect_etcd(members, &tls).await?;
                 eprintln!("fabrik: store: etcd at {}", members.join(","));
                 Keyspaces::Etcd(etcd)
+            }
+            #[cfg(not(feature = "etcd"))]
+            StoreSpec::Etcd(_) => {
+                let _ = tls;
+                return Err(Error::NotBuilt.into());
             }
         })
     }
@@ -213,6 +230,7 @@ impl EtcdTlsFiles {
     }
 
     /// The etcd client configuration for `members` (`https://` when any TLS file is given).
+    #[cfg(feature = "etcd")]
     pub fn etcd_config(&self, members: &[String]) -> EtcdConfig {
         let scheme = if self.any() { "https" } else { "http" };
         let mut config = EtcdConfig::new(members.iter().map(|m| format!("{scheme}://{m}")));
@@ -229,6 +247,7 @@ impl EtcdTlsFiles {
 }
 
 /// Connects to the etcd cluster of `members`.
+#[cfg(feature = "etcd")]
 pub async fn connect_etcd(members: &[String], tls: &EtcdTlsFiles) -> Result<EtcdBackend, Error> {
     EtcdBackend::connect(tls.etcd_config(members))
         .await
@@ -244,6 +263,7 @@ pub enum Keyspaces {
     /// One process's sled database.
     Sled(SledBackend),
     /// A shared etcd cluster.
+    #[cfg(feature = "etcd")]
     Etcd(EtcdBackend),
 }
 
@@ -258,6 +278,7 @@ impl Keyspaces {
     pub async fn open(&self, name: &str) -> Result<Arc<dyn Store>, StoreError> {
         Ok(match self {
             Keyspaces::Sled(b) => Arc::new(b.keyspace(name)?),
+            #[cfg(feature = "etcd")]
             Keyspaces::Etcd(b) => Arc::new(b.keyspace(name).await?),
         })
     }
@@ -266,6 +287,7 @@ impl Keyspaces {
     pub async fn drop(&self, name: &str) -> Result<(), StoreError> {
         match self {
             Keyspaces::Sled(b) => b.drop_keyspace(name),
+            #[cfg(feature = "etcd")]
             Keyspaces::Etcd(b) => b.drop_keyspace(name).await,
         }
     }
@@ -346,11 +368,31 @@ mod tests {
             ..Default::default()
         };
         assert!(half.check(&etcd).is_err());
-        let config = ca.etcd_config(&["a:2379".into()]);
-        assert_eq!(config.endpoints, ["https://a:2379"]);
-        assert!(config.tls.is_some());
-        let plain = EtcdTlsFiles::default().etcd_config(&["a:2379".into()]);
-        assert_eq!(plain.endpoints, ["http://a:2379"]);
-        assert!(plain.tls.is_none());
+        #[cfg(feature = "etcd")]
+        {
+            let config = ca.etcd_config(&["a:2379".into()]);
+            assert_eq!(config.endpoints, ["https://a:2379"]);
+            assert!(config.tls.is_some());
+            let plain = EtcdTlsFiles::default().etcd_config(&["a:2379".into()]);
+            assert_eq!(plain.endpoints, ["http://a:2379"]);
+            assert!(plain.tls.is_none());
+        }
+    }
+
+    #[cfg(not(feature = "etcd"))]
+    #[tokio::test]
+    async fn without_the_etcd_feature_an_etcd_store_says_how_to_get_one() {
+        let args = StoreArgs {
+            store: StoreSpec::Etcd(vec!["a:2379".into()]),
+            etcd_ca_file: None,
+            etcd_cert_file: None,
+            etcd_key_file: None,
+        };
+        let dir = tempfile::tempdir().expect("tempdir");
+        let err = args
+            .open(dir.path(), 8, 100)
+            .await
+            .expect_err("no etcd backend in this build");
+        assert!(err.to_string().contains("--features etcd"), "{err}");
     }
 }

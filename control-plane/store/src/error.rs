@@ -99,6 +99,7 @@ pub enum StoreError {
     /// A blocking backend task panicked or was cancelled.
     #[error("background storage task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    #[cfg(feature = "etcd")]
     /// An etcd request failed (after the retries transient failures get, see
     /// [`EtcdConfig::retry_timeout`](crate::EtcdConfig::retry_timeout)).
     #[error("etcd {op} failed: {source}")]

@@ -11,7 +11,8 @@
 //! key prefix of an etcd cluster ([`EtcdBackend::keyspace`]), for several control-plane
 //! replicas; its revisions are etcd's, shared by all keyspaces of the cluster (strictly
 //! increasing per keyspace, with gaps). [`local_etcd`] starts throwaway etcd members on
-//! loopback for tests and benchmarks.
+//! loopback for tests and benchmarks. Both come with the `etcd` cargo feature (off by default:
+//! its build needs `protoc`).
 //!
 //! Quota: each keyspace can be given [`StorageLimits`] (bytes of keys and values, number of
 //! objects), enforced by both backends at write time ([`StoreError::QuotaExceeded`]; deletes
@@ -24,8 +25,10 @@
 #[cfg(test)]
 mod conformance;
 mod error;
+#[cfg(feature = "etcd")]
 mod etcd_backend;
 mod keyspace_name;
+#[cfg(feature = "etcd")]
 pub mod local_etcd;
 mod quota;
 mod sled_backend;
@@ -33,6 +36,7 @@ mod store;
 mod types;
 
 pub use error::{Result, StoreError};
+#[cfg(feature = "etcd")]
 pub use etcd_backend::{
     EtcdBackend, EtcdConfig, EtcdStore, EtcdTls, DEFAULT_COMPACTION_INTERVAL, DEFAULT_ETCD_PREFIX,
     DEFAULT_RETRY_TIMEOUT,

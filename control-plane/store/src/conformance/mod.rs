@@ -9,6 +9,7 @@
 //! say to run `scripts/install-test-deps.sh`.
 
 mod cases;
+#[cfg(feature = "etcd")]
 mod etcd_cluster;
 
 use std::error::Error;
@@ -17,11 +18,11 @@ use std::time::Duration;
 use bytes::Bytes;
 use futures::StreamExt;
 
+#[cfg(feature = "etcd")]
 use crate::local_etcd::LocalEtcd;
-use crate::{
-    EtcdBackend, EtcdConfig, EtcdStore, Event, SledBackend, SledConfig, SledStore, Store,
-    WatchItem, WatchStream,
-};
+#[cfg(feature = "etcd")]
+use crate::{EtcdBackend, EtcdConfig, EtcdStore};
+use crate::{Event, SledBackend, SledConfig, SledStore, Store, WatchItem, WatchStream};
 
 /// Error type of the tests (Send + Sync so spawned tasks can return it).
 pub(crate) type BoxError = Box<dyn Error + Send + Sync>;
@@ -117,12 +118,14 @@ impl Harness for SledHarness {
 }
 
 /// A one-member etcd cluster of its own and a backend connected to it.
+#[cfg(feature = "etcd")]
 pub(crate) struct EtcdHarness {
     etcd: LocalEtcd,
     backend: EtcdBackend,
 }
 
 /// Start a local etcd cluster, failing with the install hint when etcd is missing.
+#[cfg(feature = "etcd")]
 pub(crate) async fn start_etcd(members: usize) -> TestResult<LocalEtcd> {
     LocalEtcd::start(members)
         .await
@@ -130,12 +133,14 @@ pub(crate) async fn start_etcd(members: usize) -> TestResult<LocalEtcd> {
 }
 
 /// A backend on `endpoints` without background compaction.
+#[cfg(feature = "etcd")]
 pub(crate) async fn etcd_connect(endpoints: Vec<String>) -> TestResult<EtcdBackend> {
     let mut config = EtcdConfig::new(endpoints);
     config.compaction_interval = None;
     Ok(EtcdBackend::connect(config).await?)
 }
 
+#[cfg(feature = "etcd")]
 #[async_trait::async_trait]
 impl Harness for EtcdHarness {
     type Store = EtcdStore;
@@ -238,4 +243,5 @@ macro_rules! all_cases {
 }
 
 all_cases!(sled, super::SledHarness);
+#[cfg(feature = "etcd")]
 all_cases!(etcd, super::EtcdHarness);
