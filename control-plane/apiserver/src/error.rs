@@ -119,9 +119,28 @@ pub enum ApiError {
         /// The limit in bytes.
         limit: usize,
     },
+    /// 413: the object, as it would be stored, is larger than the store accepts (etcd's
+    /// default request limit): the body may be up to 3 MiB, the stored object only 1.5 MiB.
+    #[error(
+        "Request entity too large: the object would take {size} bytes in storage, limit is {limit}"
+    )]
+    ObjectTooLarge {
+        /// The encoded size.
+        size: usize,
+        /// The limit in bytes.
+        limit: usize,
+    },
     /// 429: refused for now (a disruption budget, rate limits).
     #[error("{0}")]
     TooManyRequests(String),
+    /// 429: the caller's share of the server is used up; retry after the given seconds.
+    #[error("{message}")]
+    Throttled {
+        /// Why.
+        message: String,
+        /// When to retry (the `Retry-After` header and `details.retryAfterSeconds`).
+        retry_after: u64,
+    },
     /// 504: the server could not answer in time (e.g. a future resourceVersion).
     #[error("{0}")]
     Timeout(String),
@@ -158,10 +177,19 @@ impl ApiError {
             ApiError::NotAcceptable(_) => 406,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Gone(_) => 410,
-            ApiError::RequestEntityTooLarge { .. } => 413,
-            ApiError::TooManyRequests(_) => 429,
+            ApiError::RequestEntityTooLarge { .. } | ApiError::ObjectTooLarge { .. } => 413,
+            ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => 429,
             ApiError::Timeout(_) => 504,
             ApiError::Internal(_) => 500,
+        }
+    }
+
+    /// Seconds a client should wait before retrying (429s), for the `Retry-After` header.
+    pub fn retry_after(&self) -> Option<u64> {
+        match self {
+            ApiError::TooManyRequests(_) => Some(1),
+            ApiError::Throttled { retry_after, .. } => Some(*retry_after),
+            _ => None,
         }
     }
 
@@ -179,8 +207,10 @@ impl ApiError {
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Gone(_) => "Expired",
-            ApiError::RequestEntityTooLarge { .. } => "RequestEntityTooLarge",
-            ApiError::TooManyRequests(_) => "TooManyRequests",
+            ApiError::RequestEntityTooLarge { .. } | ApiError::ObjectTooLarge { .. } => {
+                "RequestEntityTooLarge"
+            }
+            ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => "TooManyRequests",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",
         }
@@ -235,7 +265,9 @@ impl ApiError {
                     "field": field,
                 })).collect::<Vec<_>>(),
             })),
-            ApiError::TooManyRequests(_) => Some(json!({"retryAfterSeconds": 1})),
+            ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => {
+                Some(json!({"retryAfterSeconds": self.retry_after().unwrap_or(1)}))
+            }
             _ => None,
         };
         if let (Some(details), Some(obj)) = (details, status.as_object_mut()) {
@@ -267,9 +299,9 @@ impl ApiError {
             )),
             // 403 like an exceeded ResourceQuota: the client cannot succeed by retrying, only
             // by deleting objects (deletes are never refused) or by a larger quota.
-            quota @ StoreError::QuotaExceeded { .. } => ApiError::Forbidden(format!(
-                "{resource} \"{name}\" is forbidden: {quota}"
-            )),
+            quota @ StoreError::QuotaExceeded { .. } => {
+                ApiError::Forbidden(format!("{resource} \"{name}\" is forbidden: {quota}"))
+            }
             other => ApiError::Internal(other.to_string()),
         }
     }

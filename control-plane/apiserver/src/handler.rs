@@ -175,8 +175,15 @@ impl Query {
     }
 
     fn selectors(&self) -> Result<(Selector, FieldSelector)> {
-        let labels = Selector::parse(self.get("labelSelector").unwrap_or(""))
-            .map_err(|e| ApiError::BadRequest(format!("unable to parse requirement: {e}")))?;
+        use fabrik_machinery::labels::SelectorError;
+        let labels = Selector::parse(self.get("labelSelector").unwrap_or("")).map_err(|e| {
+            ApiError::BadRequest(match e {
+                SelectorError::TooLong { .. } | SelectorError::TooManyRequirements { .. } => {
+                    e.to_string()
+                }
+                e => format!("unable to parse requirement: {e}"),
+            })
+        })?;
         let fields = FieldSelector::parse(self.get("fieldSelector").unwrap_or(""))
             .map_err(|e| ApiError::BadRequest(format!("invalid field selector: {e}")))?;
         Ok((labels, fields))
@@ -262,12 +269,18 @@ impl ApiServer {
         let method = req.method().clone();
         let path = req.uri().path().to_string();
         let query = Query::parse(req.uri().query());
-        let (reply, verb, resource) = match self.route(req, &query, caller).await {
+        let mut retry_after = None;
+        let routed = match self.tenancy() {
+            Some(t) => crate::fairness::serving(t.name, self.route(req, &query, caller)).await,
+            None => self.route(req, &query, caller).await,
+        };
+        let (reply, verb, resource) = match routed {
             Ok(ok) => ok,
             Err((err, verb, resource)) => {
                 if err.code() >= 500 {
                     tracing::warn!(%method, %path, error = %err, "request failed");
                 }
+                retry_after = err.retry_after();
                 (
                     Reply::json(
                         StatusCode::from_u16(err.code())
@@ -294,6 +307,10 @@ impl ApiServer {
                     HeaderValue::from_static(reply.content_type),
                 );
             }
+        }
+        if let Some(secs) = retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         for w in reply.warnings {
             let text = format!("299 - \"{}\"", w.replace('"', "\\\""));
@@ -339,8 +356,11 @@ impl ApiServer {
     ) -> std::result::Result<(Reply, String, String), (ApiError, String, String)> {
         let method = req.method().clone();
         let lower = method.as_str().to_ascii_lowercase();
+        let network = matches!(caller, Caller::Network(_));
+        let tenancy = self.tenancy();
         // Authentication comes before routing (as upstream): an anonymous caller gets 401 for
-        // every path but the public ones, and learns nothing about which paths exist.
+        // every path but the public ones (none on a tenant: whether a tenant exists is not
+        // told to unauthenticated callers), and learns nothing about which paths exist.
         let user = self
             .identify(&req, caller)
             .await
@@ -349,7 +369,7 @@ impl ApiServer {
             .map(|r| r.is_public())
             .unwrap_or(false);
         let Some(user) = user else {
-            if public_path {
+            if public_path && tenancy.is_none() {
                 let route = request_info::parse(&method, req.uri().path(), false)
                     .map_err(|e| (e, lower.clone(), String::new()))?;
                 return self
@@ -414,8 +434,17 @@ impl ApiServer {
                 }
             }
         }
+        // A tenant's network requests take a seat of the listener's shared pool for as long as
+        // they are handled (a watch: until its stream starts).
+        let _seat = match (&tenancy, network) {
+            (Some(t), true) => match t.fairness.acquire(&t.name, &user.name).await {
+                Ok(seat) => Some(seat),
+                Err(e) => return Err((e, verb, resource)),
+            },
+            _ => None,
+        };
         let result = match route {
-            Route::Resource(r) => self.resource(req, query, r, user).await,
+            Route::Resource(r) => self.resource(req, query, r, user, network).await,
             other => self.non_resource(&req, other).await,
         };
         match result {
@@ -530,6 +559,7 @@ impl ApiServer {
         query: &Query,
         r: ResourceRequest,
         user: UserInfo,
+        network: bool,
     ) -> Result<Reply> {
         let def = self
             .registry
@@ -583,7 +613,16 @@ impl ApiServer {
                 self.list(&def, ns, &query.list_params()?, output, query)
                     .await
             }
-            (Verb::Watch, None) => self.watch(&def, ns, query, output).await,
+            (Verb::Watch, None) => {
+                // Watches of network users are counted (in-process callers, the cluster's own
+                // controllers, are not).
+                let slot = if network {
+                    Some(self.open_watch(&user.name)?)
+                } else {
+                    None
+                };
+                self.watch(&def, ns, query, output, slot).await
+            }
             (Verb::Create, None) if r.name.is_none() => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
                 let w = reg
@@ -1043,6 +1082,7 @@ impl ApiServer {
         ns: Option<&str>,
         query: &Query,
         output: Output,
+        slot: Option<crate::server::WatchSlot>,
     ) -> Result<Reply> {
         let (labels, fields) = query.selectors()?;
         let send_initial = match query.get("sendInitialEvents") {
@@ -1077,6 +1117,8 @@ impl ApiServer {
                         _ => obj,
                     }
                 };
+                // The watch is counted for as long as its stream lives.
+                let _counted = &slot;
                 let mut line = serde_json::to_vec(&ev.to_json(&def, &convert)).unwrap_or_default();
                 line.push(b'\n');
                 Ok::<_, Infallible>(Frame::data(Bytes::from(line)))

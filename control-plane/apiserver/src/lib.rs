@@ -13,12 +13,14 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cel_limits;
 pub mod client;
 pub mod cluster;
 pub mod controllers;
 pub mod crd;
 pub mod discovery;
 pub mod error;
+pub mod fairness;
 pub mod handler;
 pub mod jsonpath;
 pub mod kubeconfig;

@@ -22,6 +22,7 @@ use serde_json::json;
 
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::fairness::{Fairness, FairnessSettings};
 use crate::handler::{Body, RequestBody};
 use crate::server::ApiServer;
 
@@ -51,6 +52,8 @@ pub struct Router {
     host: Option<Target>,
     tenants: RwLock<HashMap<String, Target>>,
     verifier: Arc<ClientCerts>,
+    /// The seats the tenants share (see [`crate::fairness`]).
+    fairness: Arc<Fairness>,
 }
 
 impl Router {
@@ -60,6 +63,7 @@ impl Router {
             host: Some(Target { server: host }),
             tenants: RwLock::new(HashMap::new()),
             verifier: Arc::new(ClientCerts::new()),
+            fairness: Fairness::new(FairnessSettings::default()),
         }))
     }
 
@@ -71,7 +75,13 @@ impl Router {
             host: None,
             tenants: RwLock::new(HashMap::new()),
             verifier: Arc::new(ClientCerts::new()),
+            fairness: Fairness::new(FairnessSettings::default()),
         })
+    }
+
+    /// The seats the tenants share.
+    pub fn fairness(&self) -> &Arc<Fairness> {
+        &self.fairness
     }
 
     /// The verifier the TLS configuration must use.
@@ -86,6 +96,7 @@ impl Router {
         server: Arc<ApiServer>,
         _ca_pem: &str,
     ) -> Result<(), RouterError> {
+        server.serve_as_tenant(name, self.fairness.clone());
         if let Ok(mut t) = self.tenants.write() {
             t.insert(name.to_string(), Target { server });
         }
@@ -146,7 +157,10 @@ impl Router {
         };
         let target = self.tenants.read().ok().and_then(|t| t.get(&name).cloned());
         let Some(target) = target else {
-            return not_found(&name);
+            // What a tenant answers a caller it cannot authenticate, whatever the path: no
+            // caller can authenticate to a tenant that does not exist, and the answer must not
+            // tell whether it exists.
+            return status_response(&ApiError::Unauthorized);
         };
         let (mut parts, body) = req.into_parts();
         let pq = match parts.uri.query() {
@@ -155,7 +169,11 @@ impl Router {
         };
         match pq.parse::<Uri>() {
             Ok(uri) => parts.uri = uri,
-            Err(_) => return not_found(&name),
+            Err(_) => {
+                return status_response(&ApiError::BadRequest(format!(
+                    "invalid request path for cluster {name:?}"
+                )))
+            }
         }
         target
             .server
@@ -163,13 +181,6 @@ impl Router {
             .handle(Request::from_parts(parts, body), Caller::Network(peer_cert))
             .await
     }
-}
-
-fn not_found(name: &str) -> Response<Body> {
-    status_response(&ApiError::NotFound {
-        resource: crate::error::GroupResource::new("", "clusters"),
-        name: name.to_string(),
-    })
 }
 
 /// A path outside `/clusters/` on a tenants-only router.
@@ -307,7 +318,7 @@ mod tests {
             assert_eq!(resp.status(), http::StatusCode::NOT_FOUND, "{path}");
         }
         let resp = router.handle(get("/clusters/nobody/api"), None).await;
-        assert_eq!(resp.status(), http::StatusCode::NOT_FOUND);
+        assert_eq!(resp.status(), http::StatusCode::UNAUTHORIZED);
         assert!(router.tenant_names().is_empty());
     }
 }

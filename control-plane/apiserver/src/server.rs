@@ -57,6 +57,51 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Default of [`Settings::max_watches_per_user`]: enough for a controller that watches every
+/// kind of a cluster with many CRDs (Argo CD, Flux), far from what a flood needs.
+pub const DEFAULT_WATCHES_PER_USER: usize = 250;
+
+/// Default of [`Settings::max_watches`].
+pub const DEFAULT_WATCHES: usize = 2_000;
+
+/// How a cluster behind a shared listener is served: its tenant name and the seats it shares
+/// with the other tenants.
+#[derive(Clone)]
+pub(crate) struct Tenancy {
+    pub(crate) name: String,
+    pub(crate) fairness: Arc<crate::fairness::Fairness>,
+}
+
+/// Open watches of network callers, per user; a [`WatchSlot`] is one of them.
+#[derive(Default)]
+pub(crate) struct Watches {
+    per_user: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+}
+
+/// One open watch, counted until dropped (when its stream ends).
+pub(crate) struct WatchSlot {
+    server: std::sync::Weak<ApiServer>,
+    user: String,
+}
+
+impl Drop for WatchSlot {
+    fn drop(&mut self) {
+        if let Some(server) = self.server.upgrade() {
+            let mut map = server
+                .watches
+                .per_user
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = map.get_mut(&self.user) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    map.remove(&self.user);
+                }
+            }
+        }
+    }
+}
+
 /// Tunables of the API behaviour.
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -68,6 +113,11 @@ pub struct Settings {
     pub server_address: String,
     /// Who may authenticate, and how.
     pub auth: crate::auth::AuthSettings,
+    /// The most watches one user (of the network; in-process callers are not counted) may have
+    /// open at once on this cluster; more are refused with 429.
+    pub max_watches_per_user: usize,
+    /// The most watches all network users together may have open at once on this cluster.
+    pub max_watches: usize,
 }
 
 impl Default for Settings {
@@ -77,6 +127,8 @@ impl Default for Settings {
             max_watch: Duration::from_secs(1800),
             server_address: String::new(),
             auth: crate::auth::AuthSettings::default(),
+            max_watches_per_user: DEFAULT_WATCHES_PER_USER,
+            max_watches: DEFAULT_WATCHES,
         }
     }
 }
@@ -103,6 +155,9 @@ pub struct ApiServer {
     pub(crate) pod_streams: std::sync::RwLock<Option<Arc<dyn crate::pod_streams::PodStreams>>>,
     pub(crate) metrics_sources: std::sync::RwLock<Vec<MetricsSource>>,
     pub(crate) routes: std::sync::RwLock<std::collections::HashMap<String, ExtensionRoute>>,
+    pub(crate) tenancy: std::sync::RwLock<Option<Tenancy>>,
+    pub(crate) watches: Watches,
+    me: std::sync::Weak<ApiServer>,
     shutdown: watch::Receiver<bool>,
 }
 
@@ -118,7 +173,7 @@ impl ApiServer {
         registry.add_admission(Arc::new(crate::rbac::escalation::Escalation::new(
             authz.clone(),
         )));
-        Ok(Arc::new(ApiServer {
+        Ok(Arc::new_cyclic(|me| ApiServer {
             registry,
             metrics: Metrics::default(),
             openapi: OpenApi::default(),
@@ -128,8 +183,71 @@ impl ApiServer {
             pod_streams: std::sync::RwLock::new(None),
             metrics_sources: std::sync::RwLock::new(Vec::new()),
             routes: std::sync::RwLock::new(std::collections::HashMap::new()),
+            tenancy: std::sync::RwLock::new(None),
+            watches: Watches::default(),
+            me: me.clone(),
             shutdown,
         }))
+    }
+
+    /// Serves this cluster as tenant `name` behind a shared listener: its network requests
+    /// take seats of `fairness`, CEL evaluation is bounded per tenant, and no path is public
+    /// (an unauthenticated request gets 401 whatever the path, as for a tenant that does not
+    /// exist: the answer does not tell which tenants exist).
+    pub fn serve_as_tenant(&self, name: &str, fairness: Arc<crate::fairness::Fairness>) {
+        if let Ok(mut t) = self.tenancy.write() {
+            *t = Some(Tenancy {
+                name: name.to_string(),
+                fairness,
+            });
+        }
+    }
+
+    pub(crate) fn tenancy(&self) -> Option<Tenancy> {
+        self.tenancy.read().ok().and_then(|t| t.clone())
+    }
+
+    /// Counts one more watch of network user `user`; refused (429) over the limits.
+    pub(crate) fn open_watch(&self, user: &str) -> crate::error::Result<WatchSlot> {
+        let mut map = self
+            .watches
+            .per_user
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let total: usize = map.values().sum();
+        let mine = map.get(user).copied().unwrap_or(0);
+        if mine >= self.settings.max_watches_per_user {
+            return Err(crate::error::ApiError::Throttled {
+                message: format!(
+                    "too many watches open for user {user:?}: the limit is {}",
+                    self.settings.max_watches_per_user
+                ),
+                retry_after: 5,
+            });
+        }
+        if total >= self.settings.max_watches {
+            return Err(crate::error::ApiError::Throttled {
+                message: format!(
+                    "too many watches open on this cluster: the limit is {}",
+                    self.settings.max_watches
+                ),
+                retry_after: 5,
+            });
+        }
+        map.insert(user.to_string(), mine + 1);
+        Ok(WatchSlot {
+            server: self.me.clone(),
+            user: user.to_string(),
+        })
+    }
+
+    /// Watches open per network user (for tests and metrics).
+    pub fn open_watches(&self, user: &str) -> usize {
+        self.watches
+            .per_user
+            .lock()
+            .map(|m| m.get(user).copied().unwrap_or(0))
+            .unwrap_or(0)
     }
 
     /// Adds Prometheus text appended to `/metrics` (e.g. the GPU-second counters of the
@@ -272,5 +390,43 @@ async fn serve_connection(
         .await
     {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::resources::Catalog;
+    use fabrik_store::{SledBackend, SledConfig, Store};
+
+    #[tokio::test]
+    async fn watches_are_bounded_per_user_and_in_all_and_given_back_when_they_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+        let store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+        let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
+        let (_stop, stop_rx) = watch::channel(false);
+        let settings = Settings {
+            max_watches_per_user: 3,
+            max_watches: 5,
+            ..Settings::default()
+        };
+        let server = ApiServer::new(registry, settings, stop_rx).expect("server");
+        let mut held: Vec<WatchSlot> = (0..3).filter_map(|_| server.open_watch("u").ok()).collect();
+        assert_eq!(held.len(), 3);
+        let over = server.open_watch("u").err();
+        assert!(
+            matches!(&over, Some(e @ crate::error::ApiError::Throttled { .. }) if e.code() == 429 && e.retry_after() == Some(5)),
+            "{over:?}"
+        );
+        assert_eq!(server.open_watches("u"), 3);
+        // Another user has its own count, up to the total.
+        let v: Vec<WatchSlot> = (0..2).filter_map(|_| server.open_watch("v").ok()).collect();
+        assert_eq!(v.len(), 2);
+        assert!(server.open_watch("w").is_err(), "the total of 5 is reached");
+        // A watch that ends gives its count back.
+        held.pop();
+        assert_eq!(server.open_watches("u"), 2);
+        assert!(server.open_watch("u").is_ok());
     }
 }

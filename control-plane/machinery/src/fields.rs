@@ -25,7 +25,30 @@ pub enum SelectorError {
     /// A value contains an unescaped `=` (or `,`).
     #[error("invalid field selector: unescaped character in value: {0}")]
     UnescapedRune(char),
+    /// The selector is longer than [`MAX_SELECTOR_BYTES`].
+    #[error("field selector is too long: {len} bytes, the limit is {max}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The selector has more than [`MAX_TERMS`] terms.
+    #[error("field selector has too many terms: {count}, the limit is {max}")]
+    TooManyTerms {
+        /// How many it has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
 }
+
+/// The longest field selector [`FieldSelector::parse`] accepts (kinds support a handful of
+/// fields, each compared for equality).
+pub const MAX_SELECTOR_BYTES: usize = 4 * 1024;
+
+/// The most terms one field selector may have.
+pub const MAX_TERMS: usize = 32;
 
 /// How a term compares the field's value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -77,7 +100,19 @@ pub struct FieldSelector {
 impl FieldSelector {
     /// Parses a selector string; an empty string matches everything.
     pub fn parse(s: &str) -> Result<FieldSelector, SelectorError> {
+        if s.len() > MAX_SELECTOR_BYTES {
+            return Err(SelectorError::TooLong {
+                len: s.len(),
+                max: MAX_SELECTOR_BYTES,
+            });
+        }
         let mut terms = split_terms(s);
+        if terms.len() > MAX_TERMS {
+            return Err(SelectorError::TooManyTerms {
+                count: terms.len(),
+                max: MAX_TERMS,
+            });
+        }
         terms.sort_unstable();
         let mut requirements = Vec::with_capacity(terms.len());
         for term in terms {
@@ -221,6 +256,27 @@ fn split_term(term: &str) -> Option<(&str, FieldOp, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_selectors_and_many_terms_are_refused() {
+        let long = format!("metadata.name={}", "a".repeat(MAX_SELECTOR_BYTES));
+        assert!(matches!(
+            FieldSelector::parse(&long),
+            Err(SelectorError::TooLong { .. })
+        ));
+        let many: Vec<String> = (0..=MAX_TERMS).map(|i| format!("f{i}=v")).collect();
+        assert!(matches!(
+            FieldSelector::parse(&many.join(",")),
+            Err(SelectorError::TooManyTerms { .. })
+        ));
+        let fine: Vec<String> = (0..MAX_TERMS).map(|i| format!("f{i}=v")).collect();
+        assert_eq!(
+            FieldSelector::parse(&fine.join(","))
+                .map(|s| s.requirements().len())
+                .ok(),
+            Some(MAX_TERMS)
+        );
+    }
 
     fn parse(s: &str) -> FieldSelector {
         FieldSelector::parse(s).unwrap_or_else(|e| panic!("{s}: {e}"))

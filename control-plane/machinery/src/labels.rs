@@ -53,7 +53,30 @@ pub enum SelectorError {
     /// A `metav1.LabelSelector` object has the wrong shape.
     #[error("invalid label selector: {0}")]
     InvalidObject(String),
+    /// The selector string is longer than [`MAX_SELECTOR_BYTES`].
+    #[error("label selector is too long: {len} bytes, the limit is {max}")]
+    TooLong {
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// The selector has more than [`MAX_REQUIREMENTS`] requirements.
+    #[error("label selector has too many requirements: {count}, the limit is {max}")]
+    TooManyRequirements {
+        /// How many it has.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
 }
+
+/// The longest label selector string [`Selector::parse`] accepts. Selectors come from query
+/// strings any client writes; matching costs their size on every object listed or watched.
+pub const MAX_SELECTOR_BYTES: usize = 8 * 1024;
+
+/// The most requirements one parsed label selector may have.
+pub const MAX_REQUIREMENTS: usize = 100;
 
 /// How a requirement compares a label.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -258,9 +281,21 @@ impl Selector {
 
     /// Parses the upstream string syntax; an empty or blank string matches everything.
     pub fn parse(s: &str) -> Result<Selector, SelectorError> {
+        if s.len() > MAX_SELECTOR_BYTES {
+            return Err(SelectorError::TooLong {
+                len: s.len(),
+                max: MAX_SELECTOR_BYTES,
+            });
+        }
         let tokens = lex(s)?;
         let mut parser = Parser { tokens, pos: 0 };
         let requirements = parser.parse()?;
+        if requirements.len() > MAX_REQUIREMENTS {
+            return Err(SelectorError::TooManyRequirements {
+                count: requirements.len(),
+                max: MAX_REQUIREMENTS,
+            });
+        }
         Ok(Self::from_requirements(requirements))
     }
 
@@ -608,6 +643,30 @@ impl Parser {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn long_selectors_and_many_requirements_are_refused() {
+        // 30 KiB of `in` values: refused before it is lexed.
+        let values: Vec<String> = (0..3000).map(|i| format!("v{i:05}")).collect();
+        let long = format!("app in ({})", values.join(","));
+        assert!(long.len() > 20 * 1024);
+        assert!(matches!(
+            Selector::parse(&long),
+            Err(SelectorError::TooLong { .. })
+        ));
+        let many: Vec<String> = (0..=MAX_REQUIREMENTS).map(|i| format!("k{i}=v")).collect();
+        assert!(matches!(
+            Selector::parse(&many.join(",")),
+            Err(SelectorError::TooManyRequirements { count, .. }) if count == MAX_REQUIREMENTS + 1
+        ));
+        let fine: Vec<String> = (0..MAX_REQUIREMENTS).map(|i| format!("k{i}=v")).collect();
+        assert_eq!(
+            Selector::parse(&fine.join(","))
+                .map(|s| s.requirements().len())
+                .ok(),
+            Some(MAX_REQUIREMENTS)
+        );
+    }
 
     fn labels(v: Value) -> Map<String, Value> {
         match v {

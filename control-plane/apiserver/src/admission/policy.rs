@@ -14,6 +14,7 @@ use fabrik_machinery::labels::Selector;
 use serde_json::{json, Map, Value};
 
 use super::{Admission, Operation, Request, Verdict};
+use crate::cel_limits::{self, Budget};
 use crate::error::ApiError;
 use crate::registry::ListParams;
 use crate::strategy::invalid;
@@ -111,8 +112,9 @@ fn resources_match(
     selector_matches(&m["objectSelector"], obj["metadata"]["labels"].as_object())
 }
 
-/// Evaluates one CEL expression; errors (including panics of the evaluator) are messages.
-fn eval(expression: &str, vars: &[(&str, &Value)]) -> Result<cel::Value, String> {
+/// Evaluates one CEL expression within the binding's cost `budget`; errors (including panics
+/// of the evaluator, and the cost limits) are messages.
+fn eval(expression: &str, vars: &[(&str, &Value)], budget: &Budget) -> Result<cel::Value, String> {
     catch_unwind(AssertUnwindSafe(|| {
         let program =
             cel::Program::compile(expression).map_err(|e| format!("compilation failed: {e}"))?;
@@ -121,11 +123,55 @@ fn eval(expression: &str, vars: &[(&str, &Value)]) -> Result<cel::Value, String>
             let v = cel::to_value(value).map_err(|e| e.to_string())?;
             ctx.add_variable_from_value(*name, v);
         }
-        program
-            .execute(&ctx)
-            .map_err(|e| format!("evaluation error: {e}"))
+        cel_limits::execute(&program, &mut ctx, budget)
     }))
     .unwrap_or_else(|_| Err("expression evaluation failed".into()))
+}
+
+/// Every expression of a policy with its field path.
+fn expressions(spec: &Value) -> Vec<(String, &str)> {
+    let mut out = Vec::new();
+    for (list, keys) in [
+        ("variables", &["expression"][..]),
+        ("matchConditions", &["expression"][..]),
+        ("validations", &["expression", "messageExpression"][..]),
+        ("auditAnnotations", &["valueExpression"][..]),
+    ] {
+        for (i, item) in spec[list].as_array().into_iter().flatten().enumerate() {
+            for key in keys {
+                if let Some(text) = item[*key].as_str() {
+                    out.push((format!("spec.{list}[{i}].{key}"), text));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// A policy whose expressions are estimated over the per-expression cost limit is refused
+/// (what the expressions bound themselves, such as literal lists, is counted; the sizes of
+/// the objects they read are bounded at evaluation by the actual cost limit).
+fn check_policy_cost(obj: &Value) -> Result<(), ApiError> {
+    let mut causes = Vec::new();
+    for (field, text) in expressions(&obj["spec"]) {
+        if let Some(cost) = cel_limits::expression_cost(text) {
+            if cost > cel_limits::PER_CALL_LIMIT as f64 {
+                causes.push(fabrik_machinery::validation::FieldError::forbidden(
+                    field,
+                    cel_limits::over_budget(cost, cel_limits::PER_CALL_LIMIT as f64),
+                ));
+            }
+        }
+    }
+    if causes.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::Invalid {
+        kind: "ValidatingAdmissionPolicy".into(),
+        group: GROUP.into(),
+        name: obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+        causes,
+    })
 }
 
 fn cel_to_json(v: &cel::Value) -> Value {
@@ -161,6 +207,8 @@ enum Outcome {
 }
 
 fn evaluate(policy: &Value, vars_base: &[(&str, &Value)]) -> Outcome {
+    let budget = Budget::default();
+    let eval = |e: &str, vars: &[(&str, &Value)]| eval(e, vars, &budget);
     let spec = &policy["spec"];
     if !spec["paramKind"].is_null() {
         return Outcome::Error("policies with paramKind are not supported by Fabrik".into());
@@ -251,6 +299,9 @@ impl Admission for ValidatingAdmissionPolicy {
         };
         // Policies do not apply to the server's own writes, nor to policies themselves (so a
         // bad policy can always be removed).
+        if req.def.group == GROUP && req.def.plural == "validatingadmissionpolicies" {
+            check_policy_cost(obj)?;
+        }
         if req.user.is_none() || req.def.group == GROUP {
             return Ok(Verdict::ok());
         }
@@ -321,7 +372,9 @@ impl Admission for ValidatingAdmissionPolicy {
             }
             let binding_name = binding["metadata"]["name"].as_str().unwrap_or("");
             let actions = strings(&binding["spec"]["validationActions"]);
-            let (message, reason) = match evaluate(policy, &vars_base) {
+            let outcome =
+                cel_limits::offload(|| evaluate(policy, &vars_base)).unwrap_or_else(Outcome::Error);
+            let (message, reason) = match outcome {
                 Outcome::Pass => continue,
                 Outcome::Violation { message, reason } => (message, reason),
                 Outcome::Error(e) => {

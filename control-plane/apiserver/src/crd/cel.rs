@@ -10,6 +10,8 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use fabrik_machinery::validation::{FieldError, FieldErrorKind};
 use serde_json::Value;
 
+use crate::cel_limits::{self, Budget};
+
 /// Nesting depth beyond which rules are not looked for.
 const MAX_DEPTH: usize = 64;
 
@@ -19,6 +21,12 @@ pub fn compile_errors(schema: &Value) -> Vec<(String, String)> {
     let mut out = Vec::new();
     compile_walk(schema, "", 0, &mut out);
     out
+}
+
+/// Rules whose estimated cost is over budget: `(schema path, message)` (see
+/// [`cel_limits::rule_cost_errors`]).
+pub fn cost_errors(schema: &Value) -> Vec<(String, String)> {
+    cel_limits::rule_cost_errors(schema)
 }
 
 fn compile_walk(schema: &Value, path: &str, depth: usize, out: &mut Vec<(String, String)>) {
@@ -57,11 +65,49 @@ fn compile_walk(schema: &Value, path: &str, depth: usize, out: &mut Vec<(String,
     }
 }
 
-/// Evaluates every rule that applies to `value` (and `old`, for transition rules).
+/// Evaluates every rule that applies to `value` (and `old`, for transition rules), off the
+/// async workers and within the cost limits of [`crate::cel_limits`]: one object's rules share
+/// one budget; once it is spent, evaluation stops with an error.
 pub fn validate(schema: &Value, value: &Value, old: Option<&Value>, path: &str) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    walk(schema, value, old, path, 0, &mut errs);
-    errs
+    if !has_rules(schema, 0) {
+        return Vec::new();
+    }
+    let run = || {
+        let mut errs = Vec::new();
+        let budget = Budget::default();
+        walk(schema, value, old, path, 0, &budget, &mut errs);
+        errs
+    };
+    match cel_limits::offload(run) {
+        Ok(errs) => errs,
+        Err(message) => vec![FieldError {
+            kind: FieldErrorKind::FieldValueForbidden,
+            field: if path.is_empty() {
+                "<root>".into()
+            } else {
+                path.to_string()
+            },
+            message,
+            value: None,
+        }],
+    }
+}
+
+/// Whether any schema node has rules (most have none: no thread is taken for them).
+fn has_rules(schema: &Value, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return false;
+    }
+    schema["x-kubernetes-validations"]
+        .as_array()
+        .is_some_and(|r| !r.is_empty())
+        || schema["properties"]
+            .as_object()
+            .is_some_and(|p| p.values().any(|s| has_rules(s, depth + 1)))
+        || schema.get("items").is_some_and(|s| has_rules(s, depth + 1))
+        || schema
+            .get("additionalProperties")
+            .is_some_and(|s| s.is_object() && has_rules(s, depth + 1))
 }
 
 fn walk(
@@ -70,6 +116,7 @@ fn walk(
     old: Option<&Value>,
     path: &str,
     depth: usize,
+    budget: &Budget,
     errs: &mut Vec<FieldError>,
 ) {
     if depth > MAX_DEPTH || value.is_null() {
@@ -80,7 +127,20 @@ fn walk(
         .into_iter()
         .flatten()
     {
-        if let Some(e) = check_rule(rule, value, old, path) {
+        if budget.spent() {
+            errs.push(FieldError {
+                kind: FieldErrorKind::FieldValueInvalid,
+                field: if path.is_empty() {
+                    "<root>".into()
+                } else {
+                    path.to_string()
+                },
+                message: cel_limits::BUDGET_EXCEEDED.into(),
+                value: None,
+            });
+            return;
+        }
+        if let Some(e) = check_rule(rule, value, old, path, budget) {
             errs.push(e);
         }
     }
@@ -97,7 +157,15 @@ fn walk(
                     } else {
                         format!("{path}.{k}")
                     };
-                    walk(sub, v, old.and_then(|o| o.get(k)), &child, depth + 1, errs);
+                    walk(
+                        sub,
+                        v,
+                        old.and_then(|o| o.get(k)),
+                        &child,
+                        depth + 1,
+                        budget,
+                        errs,
+                    );
                 }
             }
         }
@@ -106,7 +174,15 @@ fn walk(
                 for (i, v) in items.iter().enumerate() {
                     // Transition rules on list items apply only where the list keeps positions.
                     let old_item = old.and_then(|o| o.get(i));
-                    walk(sub, v, old_item, &format!("{path}[{i}]"), depth + 1, errs);
+                    walk(
+                        sub,
+                        v,
+                        old_item,
+                        &format!("{path}[{i}]"),
+                        depth + 1,
+                        budget,
+                        errs,
+                    );
                 }
             }
         }
@@ -114,7 +190,13 @@ fn walk(
     }
 }
 
-fn check_rule(rule: &Value, value: &Value, old: Option<&Value>, path: &str) -> Option<FieldError> {
+fn check_rule(
+    rule: &Value,
+    value: &Value,
+    old: Option<&Value>,
+    path: &str,
+    budget: &Budget,
+) -> Option<FieldError> {
     let text = rule["rule"].as_str().unwrap_or("");
     let transition = text.contains("oldSelf");
     if transition && old.is_none() {
@@ -154,7 +236,7 @@ fn check_rule(rule: &Value, value: &Value, old: Option<&Value>, path: &str) -> O
             let old_value = cel::to_value(o).map_err(|e| e.to_string())?;
             ctx.add_variable_from_value("oldSelf", old_value);
         }
-        match program.execute(&ctx) {
+        match cel_limits::execute(&program, &mut ctx, budget) {
             Ok(cel::Value::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("rule did not evaluate to a bool: {other:?}")),
             Err(e) => Err(format!("rule evaluation error: {e}")),

@@ -259,6 +259,9 @@ fn validate_crd(obj: &Value) -> Vec<FieldError> {
                 message,
             ));
         }
+        for (path, message) in cel::cost_errors(schema) {
+            errs.push(FieldError::forbidden(format!("{at}{path}"), message));
+        }
         for (j, c) in v["additionalPrinterColumns"]
             .as_array()
             .into_iter()

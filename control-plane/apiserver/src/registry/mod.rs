@@ -804,7 +804,11 @@ impl Registry {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
                 self.store
-                    .update(&key, object::encode(&new)?, Some(kv.mod_revision))
+                    .update(
+                        &key,
+                        object::encode_update(&new, kv.value.len())?,
+                        Some(kv.mod_revision),
+                    )
                     .await
             };
             match result {
@@ -1052,7 +1056,7 @@ impl Registry {
                 }
                 match self
                     .store
-                    .update(&key, object::encode(&new)?, Some(kv.mod_revision))
+                    .update(&key, object::encode_unchecked(&new)?, Some(kv.mod_revision))
                     .await
                 {
                     Ok(stored) => {

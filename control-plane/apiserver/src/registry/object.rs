@@ -38,8 +38,41 @@ pub fn set_resource_version(obj: &mut Value, rev: u64) {
     }
 }
 
-/// The bytes to store: the object without `resourceVersion`.
+/// The largest object the store takes, encoded (etcd's default request limit, 1.5 MiB, which
+/// makes kube-apiserver refuse larger objects though it reads bodies up to 3 MiB).
+pub const MAX_OBJECT_BYTES: usize = 3 * 1024 * 1024 / 2;
+
+/// The bytes to store: the object without `resourceVersion`. Every write path (create,
+/// update, patch and apply results, subresources) stores through here, so an object over
+/// [`MAX_OBJECT_BYTES`] is refused with 413 whatever built it.
 pub fn encode(obj: &Value) -> Result<Bytes, ApiError> {
+    let bytes = encode_unchecked(obj)?;
+    if bytes.len() > MAX_OBJECT_BYTES {
+        return Err(ApiError::ObjectTooLarge {
+            size: bytes.len(),
+            limit: MAX_OBJECT_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`encode`] for an update of an object stored as `old_len` bytes: an object stored before
+/// the limit (or by a server with a larger one) may still be updated as long as the update does
+/// not make it larger, so that it can be cleaned up (finalizers removed, fields dropped).
+pub fn encode_update(obj: &Value, old_len: usize) -> Result<Bytes, ApiError> {
+    let bytes = encode_unchecked(obj)?;
+    if bytes.len() > MAX_OBJECT_BYTES && bytes.len() > old_len {
+        return Err(ApiError::ObjectTooLarge {
+            size: bytes.len(),
+            limit: MAX_OBJECT_BYTES,
+        });
+    }
+    Ok(bytes)
+}
+
+/// [`encode`] without the size limit: for the writes of a deletion (finalizers,
+/// `deletionTimestamp`), which must go through even for an object stored before the limit.
+pub fn encode_unchecked(obj: &Value) -> Result<Bytes, ApiError> {
     let mut obj = obj.clone();
     if let Some(meta) = obj.get_mut("metadata").and_then(Value::as_object_mut) {
         meta.remove("resourceVersion");

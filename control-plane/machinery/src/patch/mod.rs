@@ -35,6 +35,11 @@ pub enum PatchError {
     /// exist (upstream answers 422).
     #[error("{0}")]
     OperationFailed(String),
+    /// A JSON patch with too many operations, or whose `copy` operations would copy more than
+    /// [`MAX_JSON_PATCH_COPY_BYTES`] in all (a few operations that copy a document into itself
+    /// would otherwise double it each time).
+    #[error("{0}")]
+    TooLarge(String),
     /// A `$patch` directive with a value other than `replace`, `delete` or (in lists of maps
     /// only) `merge` (upstream answers 400).
     #[error("unknown patch type: {0}")]
@@ -52,15 +57,33 @@ impl PatchError {
             PatchError::InvalidPatch(_) | PatchError::UnsupportedDirective(_) => 400,
             PatchError::TestFailed { .. }
             | PatchError::OperationFailed(_)
+            | PatchError::TooLarge(_)
             | PatchError::Conflict(_) => 422,
         }
     }
 }
 
+/// The most operations one JSON patch may have (upstream: 10,000).
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+
+/// The most bytes the `copy` operations of one JSON patch may copy, together (upstream bounds
+/// the accumulated copy size too).
+pub const MAX_JSON_PATCH_COPY_BYTES: usize = 3 * 1024 * 1024;
+
 /// Applies an RFC 6902 JSON patch (a list of operations) to `doc`.
 pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
+    if let Some(n) = patch
+        .as_array()
+        .map(Vec::len)
+        .filter(|n| *n > MAX_JSON_PATCH_OPERATIONS)
+    {
+        return Err(PatchError::TooLarge(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {n}"
+        )));
+    }
     let ops: json_patch::Patch = serde_json::from_value(patch.clone())
         .map_err(|e| PatchError::InvalidPatch(e.to_string()))?;
+    let mut copied = 0usize;
     // Like kube-apiserver's JSON patch library, a `test` that a path is `null` passes when the
     // path does not exist (clients such as kube-rs's finalizer helper rely on it). Operations
     // are applied one by one so the check sees the document as the earlier operations left it;
@@ -69,6 +92,18 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
     let mut depth = depth::DepthGuard::new(doc);
     for op in ops.0 {
         depth.admit(&out, &op)?;
+        if let json_patch::PatchOperation::Copy(c) = &op {
+            let size = out
+                .pointer(c.from.as_str())
+                .and_then(|v| serde_json::to_vec(v).ok())
+                .map_or(0, |b| b.len());
+            copied = copied.saturating_add(size);
+            if copied > MAX_JSON_PATCH_COPY_BYTES {
+                return Err(PatchError::TooLarge(format!(
+                    "unable to copy: the copy operations of this patch would copy more than {MAX_JSON_PATCH_COPY_BYTES} bytes"
+                )));
+            }
+        }
         if let json_patch::PatchOperation::Test(t) = &op {
             if t.value.is_null() && out.pointer(t.path.as_str()).is_none() {
                 continue;
@@ -88,6 +123,33 @@ pub fn json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError> {
 mod json_patch_null_test {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn copies_that_double_the_document_are_refused() {
+        let doc = json!({"a": ["x"], "big": "y".repeat(100_000)});
+        // Each copy doubles /a: 64 of them would make 2^64 copies.
+        let mut ops =
+            vec![json!({"op": "add", "path": "/a/0", "value": {"big": "y".repeat(100_000)}})];
+        for _ in 0..64 {
+            ops.push(json!({"op": "copy", "from": "/a", "path": "/a/0"}));
+        }
+        let err = json_patch(&doc, &Value::Array(ops)).err();
+        assert!(matches!(err, Some(PatchError::TooLarge(_))), "{err:?}");
+        let many = Value::Array(vec![
+            json!({"op": "test", "path": "/big", "value": null});
+            10_001
+        ]);
+        assert!(matches!(
+            json_patch(&doc, &many),
+            Err(PatchError::TooLarge(_))
+        ));
+        // A few small copies still work.
+        let ok = json!([{"op": "copy", "from": "/a", "path": "/b"}]);
+        assert_eq!(
+            json_patch(&doc, &ok).ok().map(|d| d["b"] == d["a"]),
+            Some(true)
+        );
+    }
 
     #[test]
     fn test_null_on_a_missing_path_passes() {
