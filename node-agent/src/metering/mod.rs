@@ -28,8 +28,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::quantity;
-
 /// A monotonic clock.
 pub trait Clock: Send + Sync {
     /// Time since an arbitrary fixed origin.
@@ -91,29 +89,24 @@ pub fn usages(pod: &Pod, gpu_model: &str, utilization: f64) -> Vec<Usage> {
         .get(fabrik_api::LABEL_NAMESPACE)
         .cloned()
         .unwrap_or(ns);
+    // What the pod holds while it runs, counted as the scheduler and quota count it (sidecars
+    // with the app containers, init containers as a maximum): requests, or limits where only
+    // limits are set (extended resources have them equal).
+    let value = serde_json::to_value(pod).unwrap_or_default();
+    let mut amounts = fabrik_machinery::resources::pod_limits(&value);
+    amounts.extend(fabrik_machinery::resources::pod_requests(&value));
     let mut per: BTreeMap<String, i64> = BTreeMap::new();
-    for c in pod.spec.iter().flat_map(|s| s.containers.iter()) {
-        let Some(r) = &c.resources else { continue };
-        let mut mine: BTreeMap<String, i64> = BTreeMap::new();
-        for map in [&r.limits, &r.requests].into_iter().flatten() {
-            for (k, q) in map {
-                let partition = if k == "nvidia.com/gpu" {
-                    "whole".to_string()
-                } else if let Some(p) = k.strip_prefix("nvidia.com/mig-") {
-                    format!("mig-{p}")
-                } else if let Some(p) = k.strip_prefix("fabrik.dev/shared-gpu-") {
-                    format!("shared-{p}")
-                } else {
-                    continue;
-                };
-                if let Ok(n) = quantity::units(&q.0) {
-                    mine.insert(partition, n);
-                }
-            }
-        }
-        for (p, n) in mine {
-            *per.entry(p).or_insert(0) += n;
-        }
+    for (k, q) in amounts {
+        let partition = if k == "nvidia.com/gpu" {
+            "whole".to_string()
+        } else if let Some(p) = k.strip_prefix("nvidia.com/mig-") {
+            format!("mig-{p}")
+        } else if let Some(p) = k.strip_prefix("fabrik.dev/shared-gpu-") {
+            format!("shared-{p}")
+        } else {
+            continue;
+        };
+        *per.entry(partition).or_insert(0) += i64::try_from(q.value()).unwrap_or(0);
     }
     per.into_iter()
         .filter(|(_, n)| *n > 0)
@@ -412,6 +405,26 @@ mod tests {
             "spec": {"containers": [{"name": "c", "resources": {"limits": {resource: n}}}]},
         }))
         .expect("pod")
+    }
+
+    #[test]
+    fn sidecar_gpus_are_metered_with_the_app_containers() {
+        let p: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "namespace": "fabrik-t"},
+            "spec": {
+                "initContainers": [
+                    {"name": "side", "restartPolicy": "Always",
+                        "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+                    {"name": "setup", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+                "containers": [{"name": "c", "resources": {
+                    "requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        }))
+        .expect("pod");
+        let u = usages(&p, "H200-141GB", 0.0);
+        assert_eq!(u.len(), 1);
+        // The sidecar runs beside the app container (2); the setup container ran alone with
+        // the sidecar (3) before them: a pod holds the larger.
+        assert_eq!(u[0].devices, 3.0);
     }
 
     #[test]
