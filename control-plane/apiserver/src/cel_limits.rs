@@ -4,7 +4,7 @@
 //! - an **estimated cost** at creation ([`rule_cost_errors`]): list, map and string sizes come
 //!   from the schema's `maxItems` / `maxProperties` / `maxLength`; where the schema sets none,
 //!   the size is what fits in the largest request (3 MiB) — nested comprehensions multiply.
-//!   A rule over [`PER_CALL_LIMIT`], or a schema whose rules together (each times how often it
+//!   A rule over [`ESTIMATED_EXPRESSION_LIMIT`], or a schema whose rules together (each times how often it
 //!   can run, from the sizes of the lists above it) exceed [`PER_CRD_LIMIT`], is refused;
 //! - an **actual cost limit** while evaluating ([`execute`]): every comprehension step is
 //!   counted (its body's size); past [`PER_CALL_LIMIT`] for one expression, or
@@ -29,6 +29,11 @@ pub const PER_CALL_LIMIT: u64 = 1_000_000;
 /// The most cost all the expressions evaluated for one object, or one policy binding, may use
 /// (upstream `RuntimeCELCostBudget`).
 pub const RUNTIME_BUDGET: u64 = 10_000_000;
+
+/// The most estimated cost of one expression (upstream `StaticEstimatedCostLimit`): rules are
+/// refused at creation above it. (The actual cost of an evaluation is held to
+/// [`PER_CALL_LIMIT`]; the estimate assumes every list at its largest.)
+pub const ESTIMATED_EXPRESSION_LIMIT: f64 = 10_000_000.0;
 
 /// The most estimated cost of all the rules of one CRD schema, each times its cardinality
 /// (upstream `StaticEstimatedCRDCostLimit`).
@@ -348,8 +353,28 @@ fn unbounded(items: Option<&Value>) -> f64 {
     MAX_REQUEST_BYTES / (min_size(items) + 1.0)
 }
 
+/// The fewest bytes a value of `schema` takes in JSON: `""`, `[]`, `{}` plus, for an object,
+/// each required property (`"name":` and its own smallest value, and a comma).
 fn min_size(schema: Option<&Value>) -> f64 {
-    match schema.and_then(|s| s["type"].as_str()) {
+    min_size_at(schema, 0)
+}
+
+fn min_size_at(schema: Option<&Value>, depth: usize) -> f64 {
+    let Some(s) = schema else {
+        return 1.0;
+    };
+    match s["type"].as_str() {
+        Some("object") if depth < 16 => {
+            2.0 + s["required"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(|name| {
+                    name.len() as f64 + 4.0 + min_size_at(s["properties"].get(name), depth + 1)
+                })
+                .sum::<f64>()
+        }
         Some("string" | "object" | "array") => 2.0,
         _ => 1.0,
     }
@@ -401,7 +426,16 @@ fn size_of(e: &IdedExpr, vars: &Vars<'_>, unknown: f64) -> f64 {
 fn estimate(e: &IdedExpr, vars: &Vars<'_>, unknown: f64) -> f64 {
     match &e.expr {
         Expr::Call(c) => {
-            1.0 + c
+            // As cel-go's estimator: logical operators cost only their operands.
+            let own = match c.func_name.as_str() {
+                operators::LOGICAL_AND
+                | operators::LOGICAL_OR
+                | operators::LOGICAL_NOT
+                | operators::CONDITIONAL
+                | operators::NOT_STRICTLY_FALSE => 0.0,
+                _ => 1.0,
+            };
+            own + c
                 .target
                 .as_deref()
                 .map_or(0.0, |t| estimate(t, vars, unknown))
@@ -463,7 +497,9 @@ fn estimate(e: &IdedExpr, vars: &Vars<'_>, unknown: f64) -> f64 {
                 .sum::<f64>()
         }
         Expr::Select(s) => 1.0 + estimate(&s.operand, vars, unknown),
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 1.0,
+        Expr::Ident(_) => 1.0,
+        // Constants cost nothing (cel-go's estimator too).
+        Expr::Literal(_) | Expr::Unspecified => 0.0,
     }
 }
 
@@ -536,10 +572,10 @@ fn cost_walk(
         let Some(cost) = rule_cost(text, schema) else {
             continue;
         };
-        if cost > PER_CALL_LIMIT as f64 {
+        if cost > ESTIMATED_EXPRESSION_LIMIT {
             out.push((
                 format!("{path}.x-kubernetes-validations[{i}].rule"),
-                over_budget(cost, PER_CALL_LIMIT as f64),
+                over_budget(cost, ESTIMATED_EXPRESSION_LIMIT),
             ));
         }
         *total += cost * cardinality;
@@ -682,7 +718,7 @@ mod tests {
         let bomb: Vec<String> = (0..150).map(|i| i.to_string()).collect();
         let l = format!("[{}]", bomb.join(","));
         let text = format!("{l}.all(a, {l}.all(b, {l}.all(c, a + b + c >= 0)))");
-        assert!(expression_cost(&text).unwrap_or(0.0) > PER_CALL_LIMIT as f64);
+        assert!(expression_cost(&text).unwrap_or(0.0) > ESTIMATED_EXPRESSION_LIMIT);
         assert!(
             expression_cost("object.spec.containers.all(c, has(c.resources))").unwrap_or(f64::MAX)
                 < 100.0

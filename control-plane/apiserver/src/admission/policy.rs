@@ -155,10 +155,10 @@ fn check_policy_cost(obj: &Value) -> Result<(), ApiError> {
     let mut causes = Vec::new();
     for (field, text) in expressions(&obj["spec"]) {
         if let Some(cost) = cel_limits::expression_cost(text) {
-            if cost > cel_limits::PER_CALL_LIMIT as f64 {
+            if cost > cel_limits::ESTIMATED_EXPRESSION_LIMIT {
                 causes.push(fabrik_machinery::validation::FieldError::forbidden(
                     field,
-                    cel_limits::over_budget(cost, cel_limits::PER_CALL_LIMIT as f64),
+                    cel_limits::over_budget(cost, cel_limits::ESTIMATED_EXPRESSION_LIMIT),
                 ));
             }
         }
