@@ -59,7 +59,7 @@ for t in "${TARGETS[@]}"; do
     # The binary built above, not `cargo fuzz run`: that would rebuild whenever a source file
     # changes while the targets run.
     nice -n "$NICE" "$BIN_DIR/$t" "$work" "corpus/$t" \
-        -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_MB" -timeout="$TIMEOUT" \
+        -max_total_time="$SECONDS_EACH" -artifact_prefix="artifacts/$t/" -rss_limit_mb="$RSS_MB" -timeout="$TIMEOUT" \
         -print_final_stats=1 >"$log" 2>&1 || rc=$?
     elapsed=$(( $(date +%s) - start ))
     execs=$(awk '/stat::number_of_executed_units:/ {print $2}' "$log" | tail -1)
