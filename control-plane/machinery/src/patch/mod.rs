@@ -7,7 +7,6 @@
 //! strategies); that knowledge comes from a [`PatchSchema`] supplied by the caller.
 
 mod depth;
-mod depth;
 mod order;
 mod strategic;
 
@@ -15,7 +14,6 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-pub use depth::MAX_PATCHED_DEPTH;
 pub use depth::MAX_PATCHED_DEPTH;
 pub use strategic::strategic_merge_patch;
 
