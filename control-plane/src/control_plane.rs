@@ -181,6 +181,10 @@ impl TenantManager {
             config.serving_ca_pem,
             config.data_dir,
             config.host.clone(),
+            vec![
+                config.usage_namespace.clone(),
+                fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
+            ],
         );
         // The lease loop runs until the manager has stopped its tenants (see `stopped`).
         let sharding = config.shards.map(|shards| {

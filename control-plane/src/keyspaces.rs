@@ -73,6 +73,7 @@ pub enum Error {
     #[error("{0}")]
     Tls(String),
     /// `--store etcd://…` in a build without the etcd backend.
+    #[cfg(not(feature = "etcd"))]
     #[error(
         "--store etcd://…: this fabrik was built without the etcd store backend; build it with \
          `cargo build --release -p control-plane --features etcd` (needs `protoc`), or use the \

@@ -71,7 +71,11 @@ fn create_tenant(f: &Fabrik, name: &str) -> Result<PathBuf> {
 
 /// A host object's JSON, or None when it does not exist.
 fn host_get(k: &Kubectl, host: &Path, kind: &str, name: &str) -> Result<Option<serde_json::Value>> {
-    let out = kc(k, host, &["get", kind, name, "-n", "fabrik-n", "-o", "json"])?;
+    let out = kc(
+        k,
+        host,
+        &["get", kind, name, "-n", "fabrik-n", "-o", "json"],
+    )?;
     if !out.status.success() {
         let err = String::from_utf8_lossy(&out.stderr);
         if err.contains("NotFound") || err.contains("not found") {
@@ -111,18 +115,18 @@ fn owner(s: &serde_json::Value) -> Option<String> {
 fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
     let k = kubectls().pop().expect("kubectl");
     let mut f = Fabrik::start().expect("fabrik up");
-    let mut run = || -> Result<()> {
+    let run = || -> Result<()> {
         let host = f.kubeconfig();
         let t = create_tenant(&f, "n")?;
         let dir = f.data_dir();
 
         // (tenant namespace, name) pairs that the earlier scheme mapped onto one host name.
-        let pairs: &[((&str, &str), (&str, &str))] = &[
-            (("c", "a-x-b"), ("b-x-c", "a")),
-            (("c2", "a-x-b2"), ("b2-x-c2", "a")),
-            (("b", "a-x-x"), ("x-b", "a-x")),
+        let pairs: &[[(&str, &str); 2]] = &[
+            [("c", "a-x-b"), ("b-x-c", "a")],
+            [("c2", "a-x-b2"), ("b2-x-c2", "a")],
+            [("b", "a-x-x"), ("x-b", "a-x")],
         ];
-        for ((ns1, n1), (ns2, n2)) in pairs {
+        for [(ns1, n1), (ns2, n2)] in pairs {
             assert_eq!(
                 legacy_host_name(n1, ns1, "n"),
                 legacy_host_name(n2, ns2, "n"),
@@ -131,7 +135,7 @@ fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
             apply(&k, &t, &dir, &secret(ns1, n1, &format!("{ns1}.{n1}")))?;
             apply(&k, &t, &dir, &secret(ns2, n2, &format!("{ns2}.{n2}")))?;
         }
-        for ((ns1, n1), (ns2, n2)) in pairs {
+        for [(ns1, n1), (ns2, n2)] in pairs {
             for (ns, n) in [(ns1, n1), (ns2, n2)] {
                 let hn = host_name(n, ns, "n");
                 let mut found = None;
@@ -140,8 +144,15 @@ fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
                     Ok(found.is_some())
                 })?;
                 let s = found.context("polled")?;
-                assert_eq!(owner(&s).as_deref(), Some(format!("{ns}.{n}").as_str()), "{hn}");
-                assert_eq!(s["metadata"]["annotations"]["fabrik.dev/virtual-namespace"], **ns);
+                assert_eq!(
+                    owner(&s).as_deref(),
+                    Some(format!("{ns}.{n}").as_str()),
+                    "{hn}"
+                );
+                assert_eq!(
+                    s["metadata"]["annotations"]["fabrik.dev/virtual-namespace"],
+                    **ns
+                );
             }
         }
 
@@ -169,7 +180,9 @@ fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
         for (ns, n) in [("c", "a-x-b"), ("b-x-c", "a")] {
             poll(&format!("host pod of {ns}/{n}"), 60, || {
                 let p = host_get(&k, &host, "pod", &host_name(n, ns, "n"))?;
-                Ok(p.is_some_and(|p| p["metadata"]["annotations"]["fabrik.dev/virtual-namespace"] == ns))
+                Ok(p.is_some_and(|p| {
+                    p["metadata"]["annotations"]["fabrik.dev/virtual-namespace"] == ns
+                }))
             })?;
         }
 
@@ -193,7 +206,7 @@ fn host_names_are_injective_and_tenants_keep_to_their_namespaces() {
     };
     run().unwrap_or_else(|e| panic!("{e:#}\n{}", f.log()));
     f.restart().expect("restart");
-    let mut after = || -> Result<()> {
+    let after = || -> Result<()> {
         let host = f.kubeconfig();
         let stray = legacy_host_name("cfg", "x-legacy", "n");
         poll("the stray copy deleted", 60, || {
@@ -222,23 +235,53 @@ fn tenants_cannot_take_or_delete_namespaces_they_did_not_create() {
         // that would take it and Fabrik's own namespace.
         apply(&k, &host, &dir, "apiVersion: v1\nkind: Namespace\nmetadata: {name: fabrik-billing}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: ledger, namespace: fabrik-billing}\ndata: {total: '42'}\n")?;
         kc_ok(&k, &host, &["create", "namespace", "fabrik-system"]).ok();
-        kc_ok(&k, &host, &["create", "configmap", "keep", "-n", "fabrik-system", "--from-literal=a=b"])?;
+        kc_ok(
+            &k,
+            &host,
+            &[
+                "create",
+                "configmap",
+                "keep",
+                "-n",
+                "fabrik-system",
+                "--from-literal=a=b",
+            ],
+        )?;
         for name in ["billing", "system"] {
             apply(&k, &host, &dir, &format!("apiVersion: fabrik.dev/v1alpha1\nkind: Tenant\nmetadata: {{name: {name}}}\nspec: {{}}\n"))?;
             poll(&format!("tenant {name} refused"), 60, || {
-                let phase = kc_ok(&k, &host, &["get", "tenant", name, "-o", "jsonpath={.status.phase}"])?;
+                let phase = kc_ok(
+                    &k,
+                    &host,
+                    &["get", "tenant", name, "-o", "jsonpath={.status.phase}"],
+                )?;
                 Ok(phase == "Failed")
             })?;
         }
-        let ns = kc_ok(&k, &host, &["get", "namespace", "fabrik-billing", "-o", "json"])?;
+        let ns = kc_ok(
+            &k,
+            &host,
+            &["get", "namespace", "fabrik-billing", "-o", "json"],
+        )?;
         let ns: serde_json::Value = serde_json::from_str(&ns)?;
-        assert!(ns["metadata"]["labels"].get("fabrik.dev/tenant").is_none(), "{ns}");
+        assert!(
+            ns["metadata"]["labels"].get("fabrik.dev/tenant").is_none(),
+            "{ns}"
+        );
         // Deleting the Tenants deletes neither namespace nor its data.
         for name in ["billing", "system"] {
-            kc_ok(&k, &host, &["delete", "tenant", name, "--wait=true", "--timeout=60s"])?;
+            kc_ok(
+                &k,
+                &host,
+                &["delete", "tenant", name, "--wait=true", "--timeout=60s"],
+            )?;
         }
         for (ns, cm) in [("fabrik-billing", "ledger"), ("fabrik-system", "keep")] {
-            let phase = kc_ok(&k, &host, &["get", "namespace", ns, "-o", "jsonpath={.status.phase}"])?;
+            let phase = kc_ok(
+                &k,
+                &host,
+                &["get", "namespace", ns, "-o", "jsonpath={.status.phase}"],
+            )?;
             assert_eq!(phase, "Active", "{ns}");
             kc_ok(&k, &host, &["get", "configmap", cm, "-n", ns])?;
         }

@@ -45,6 +45,7 @@ pub mod gpu;
 pub mod informers;
 pub mod ingresses;
 pub mod kinds;
+pub mod migrate;
 pub mod naming;
 pub mod nodes;
 pub mod objects;
@@ -186,6 +187,8 @@ pub async fn run(
         host_client: host.client(),
         tenant_caches,
         host_caches,
+        strays: migrate::Strays::default(),
+        queue: queue.clone(),
     });
     let work = work(ctx, queue);
     tokio::select! {
@@ -202,6 +205,15 @@ pub async fn run(
 async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
     for c in ctx.tenant_caches.values().chain(ctx.host_caches.values()) {
         c.wait_ready().await;
+    }
+    ctx.strays
+        .replace(migrate::Strays::scan(&ctx.tenant, &ctx.host_caches));
+    if !ctx.strays.is_empty() {
+        tracing::info!(tenant = %ctx.tenant, strays = ctx.strays.len(),
+            "host objects named by an earlier naming scheme; migrating them");
+        for k in ctx.strays.keys() {
+            queue.push(k);
+        }
     }
     tracing::info!(
         tenant = %ctx.tenant,

@@ -10,8 +10,9 @@ use serde_json::{json, Map, Value};
 
 use crate::cache::Cache;
 use crate::kinds::Kind;
+use crate::migrate::Strays;
 use crate::policy::Policy;
-use crate::queue::Key;
+use crate::queue::{Key, Queue};
 use crate::{addresses, events, ingresses, naming, nodes, objects, pods, services};
 
 /// Errors of one reconcile step (the step is retried).
@@ -64,6 +65,10 @@ pub struct Context {
     pub tenant_caches: HashMap<Kind, Arc<Cache>>,
     /// Host caches by kind (this tenant's objects; all Nodes).
     pub host_caches: HashMap<Kind, Arc<Cache>>,
+    /// Host objects named by an earlier naming scheme, being migrated.
+    pub strays: Strays,
+    /// The work queue (to look at stray objects again when the last stray pod goes).
+    pub queue: Arc<Queue>,
 }
 
 fn is_gone(e: &kube::Error) -> bool {
@@ -380,6 +385,7 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
         return Ok(());
     };
     let tobj = tc.get(ns, name);
+    migrate_strays(ctx, kind, ns, name, tobj.is_none()).await?;
     let hname = naming::host_name(name, ns, &ctx.tenant);
     let host = hc.get(&ctx.host_namespace, &hname);
     if let Some(h) = &host {
@@ -422,6 +428,69 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
     }
 }
 
+/// Deletes the stray copies (see [`crate::migrate`]) of a tenant object of a simple kind once
+/// they are no longer needed: when the tenant object is gone, or when no stray pod (which may
+/// still mount them) is left.
+async fn migrate_strays(
+    ctx: &Context,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    tenant_gone: bool,
+) -> Result<(), Error> {
+    let key = Key {
+        kind,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    };
+    let strays = ctx.strays.get(&key);
+    if strays.is_empty() {
+        return Ok(());
+    }
+    let Some(hc) = ctx.hcache(kind) else {
+        return Ok(());
+    };
+    for stray in strays {
+        let present = hc.get(&ctx.host_namespace, &stray).is_some();
+        if present && !tenant_gone && ctx.strays.pods_left() {
+            // Still mounted by a stray pod, perhaps.
+            continue;
+        }
+        if present {
+            tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, host = %stray,
+                "deleting a host copy named by an earlier scheme");
+            ctx.host_delete(kind, &stray, None).await?;
+        }
+        ctx.strays.forget(&key, &stray);
+    }
+    Ok(())
+}
+
+/// The name of the stray host pod (named by an earlier scheme) that still runs tenant pod
+/// `ns/name`, if there is one. A stray pod that is gone is forgotten; when it was the last one,
+/// the other kinds' strays are looked at again (they may be deleted now).
+fn stray_pod(ctx: &Context, hc: &Cache, ns: &str, name: &str) -> Option<String> {
+    let key = Key {
+        kind: Kind::Pod,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    };
+    let mut found = None;
+    for stray in ctx.strays.get(&key) {
+        if hc.get(&ctx.host_namespace, &stray).is_some() {
+            found = Some(stray);
+        } else {
+            ctx.strays.forget(&key, &stray);
+            if !ctx.strays.pods_left() {
+                for k in ctx.strays.keys() {
+                    ctx.queue.push(k);
+                }
+            }
+        }
+    }
+    found
+}
+
 /// The tenant Secret holding a token of `service_account` in `ns`, if any (the first by name).
 fn token_secret(ctx: &Context, ns: &str, service_account: &str) -> Option<String> {
     let secrets = ctx.tcache(Kind::Secret)?.list();
@@ -443,7 +512,8 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let (Some(tc), Some(hc)) = (ctx.tcache(Kind::Pod), ctx.hcache(Kind::Pod)) else {
         return Ok(());
     };
-    let hname = naming::host_name(name, ns, &ctx.tenant);
+    let hname =
+        stray_pod(ctx, hc, ns, name).unwrap_or_else(|| naming::host_name(name, ns, &ctx.tenant));
     let host = hc.get(&ctx.host_namespace, &hname);
     if let Some(h) = &host {
         if !naming::is_copy_of(h, &ctx.tenant, ns, name) {
@@ -522,7 +592,24 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             policy: &ctx.policy,
             token_secret: token.as_deref(),
         };
-        let want = pods::host_pod(&tpod, &pctx)?;
+        let want = match pods::host_pod(&tpod, &pctx) {
+            Ok(want) => want,
+            // Permanent (the pod's spec is immutable where it matters): say so in the tenant
+            // pod's status once, and do not retry.
+            Err(e @ pods::Error::UnsafePath(_)) => {
+                let condition = json!([{"type": "PodScheduled", "status": "False",
+                    "reason": "RefusedByTenantPolicy", "message": e.to_string()}]);
+                if contains(&tpod["status"]["conditions"], &condition) {
+                    return Ok(());
+                }
+                tracing::info!(tenant = %ctx.tenant, %ns, %name, error = %e,
+                    "tenant pod not synced to the host");
+                let mut status = Map::new();
+                status.insert("conditions".into(), condition);
+                return ctx.tenant_status(Kind::Pod, ns, name, status).await;
+            }
+            Err(e) => return Err(e.into()),
+        };
         return ctx.host_create(Kind::Pod, &want).await;
     };
     // Up: binding, then status.

@@ -106,6 +106,8 @@ pub struct Runtime {
     followed_policies: Mutex<HashMap<String, Arc<SyncerAdmission>>>,
     /// The nodes' GPU-second counters over time (for the OpenCost allocation export).
     pub usage_history: Arc<super::usage::History>,
+    /// Host namespaces Fabrik itself uses (no tenant may take one).
+    pub reserved_namespaces: Vec<String>,
 }
 
 impl Runtime {
@@ -119,6 +121,7 @@ impl Runtime {
         serving_ca_pem: String,
         data_dir: Option<PathBuf>,
         host: Client,
+        reserved_namespaces: Vec<String>,
     ) -> Arc<Runtime> {
         Arc::new(Runtime {
             router,
@@ -134,6 +137,7 @@ impl Runtime {
             syncers: Mutex::new(HashMap::new()),
             followed_policies: Mutex::new(HashMap::new()),
             usage_history: Arc::new(super::usage::History::default()),
+            reserved_namespaces,
         })
     }
 
@@ -166,7 +170,43 @@ pub fn valid_name(name: &str) -> Result<(), String> {
     if name.len() > 40 {
         return Err("must be no more than 40 characters".into());
     }
+    if fabrik_api::naming::RESERVED_TENANT_NAMES.contains(&name) {
+        return Err(format!(
+            "is reserved: its host namespace {} is used by Fabrik itself",
+            host_namespace(name)
+        ));
+    }
     Ok(())
+}
+
+/// Whether the host namespace a tenant would take is free for it: absent, or already the
+/// tenant's (labelled `fabrik.dev/tenant=<tenant>` when the tenant manager created it), and not
+/// one of the namespaces Fabrik itself uses. A tenant never adopts (nor, on deletion, deletes) a
+/// namespace it did not create.
+pub fn host_namespace_problem(
+    tenant: &str,
+    existing: Option<&Namespace>,
+    reserved: &[String],
+) -> Option<String> {
+    let ns = host_namespace(tenant);
+    if reserved.contains(&ns) {
+        return Some(format!(
+            "host namespace {ns} is used by Fabrik itself; choose another tenant name"
+        ));
+    }
+    let existing = existing?;
+    let owner = existing
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(fabrik_api::LABEL_TENANT));
+    if owner.map(String::as_str) == Some(tenant) {
+        return None;
+    }
+    Some(format!(
+        "host namespace {ns} already exists and was not created for this tenant; \
+         choose another tenant name or remove the namespace"
+    ))
 }
 
 /// Whether the quota's quantities parse (they become the host ResourceQuota's `hard`).
@@ -641,6 +681,28 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
     }
     let ns = host_namespace(&name);
     let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
+    let existing = namespaces.get_opt(&ns).await?;
+    if let Some(why) = host_namespace_problem(&name, existing.as_ref(), &ctx.rt.reserved_namespaces)
+    {
+        let status = TenantStatus {
+            phase: Some("Failed".into()),
+            conditions: vec![ready_condition(
+                false,
+                "HostNamespaceTaken",
+                &format!("tenant {name:?}: {why}"),
+                tenant.metadata.generation,
+            )],
+            ..Default::default()
+        };
+        tenants
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": status})),
+            )
+            .await?;
+        return Ok(Action::await_change());
+    }
     apply(&namespaces, &ns, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"fabrik.dev/tenant": name}}})).await?;
     let secrets: Api<Secret> = Api::namespaced(ctx.host.clone(), &ns);
     let (ca, sa_key) = tenant_ca(&secrets, &name).await?;
@@ -866,13 +928,17 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     }
     ctx.rt.backend.drop(&keyspace(&name)).await?;
     let namespaces: Api<Namespace> = Api::all(ctx.host.clone());
-    match namespaces
-        .delete(&host_namespace(&name), &DeleteParams::default())
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        Err(e) => return Err(e.into()),
+    let ns = host_namespace(&name);
+    // Only a namespace the tenant manager created for this tenant is deleted with it.
+    let ours = namespaces.get_opt(&ns).await?.is_some_and(|n| {
+        host_namespace_problem(&name, Some(&n), &ctx.rt.reserved_namespaces).is_none()
+    });
+    if ours {
+        match namespaces.delete(&ns, &DeleteParams::default()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     if let Some(dir) = &ctx.rt.data_dir {
         let _ = std::fs::remove_file(dir.join("tenants").join(format!("{name}.kubeconfig")));
@@ -952,11 +1018,8 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     };
     // ... and enforces the tenant's quota, like the owner (see `follower_quota`).
     let quota = follower_quota(&ctx.rt, tenant);
-    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> = vec![
-        admission,
-        quota,
-        Arc::new(ResourceQuotaAdmission::exact()),
-    ];
+    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> =
+        vec![admission, quota, Arc::new(ResourceQuotaAdmission::exact())];
     let rt = &ctx.rt;
     let followed = shards
         .follow(
@@ -1078,11 +1141,17 @@ mod tests {
 
     #[test]
     fn node_ports_and_load_balancers_are_refused_unless_the_tenant_allows_them() {
-        let zero = "0".parse::<fabrik_machinery::quantity::Quantity>().expect("q");
+        let zero = "0"
+            .parse::<fabrik_machinery::quantity::Quantity>()
+            .expect("q");
         // No quota at all: none, on the host and at the tenant's admission.
         let t = tenant(None, None);
         for key in ["services.nodeports", "services.loadbalancers"] {
-            assert_eq!(quota_hard(&t).get(key).map(String::as_str), Some("0"), "{key}");
+            assert_eq!(
+                quota_hard(&t).get(key).map(String::as_str),
+                Some("0"),
+                "{key}"
+            );
             assert_eq!(tenant_quota_hard(&t).get(key), Some(&zero), "{key}");
         }
         let mut t = tenant(Some("1"), None);
@@ -1102,6 +1171,31 @@ mod tests {
             q.node_ports = Some(-1);
         }
         assert!(valid_quota(&t).is_err());
+    }
+
+    #[test]
+    fn tenants_never_take_a_namespace_they_did_not_create() {
+        assert!(valid_name("system").is_err());
+        let reserved = vec!["fabrik-system".to_string(), "fabrik-billing".to_string()];
+        let ns = |labels: Option<(&str, &str)>| Namespace {
+            metadata: kube::api::ObjectMeta {
+                labels: labels.map(|(k, v)| [(k.to_string(), v.to_string())].into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // Free, or already the tenant's own.
+        assert_eq!(host_namespace_problem("a", None, &reserved), None);
+        let own = ns(Some(("fabrik.dev/tenant", "a")));
+        assert_eq!(host_namespace_problem("a", Some(&own), &reserved), None);
+        // Fabrik's own namespaces, even when absent or labelled for the tenant.
+        assert!(host_namespace_problem("billing", None, &reserved).is_some());
+        let forged = ns(Some(("fabrik.dev/tenant", "billing")));
+        assert!(host_namespace_problem("billing", Some(&forged), &reserved).is_some());
+        // A namespace the platform made, or another tenant's label.
+        assert!(host_namespace_problem("a", Some(&ns(None)), &reserved).is_some());
+        let other = ns(Some(("fabrik.dev/tenant", "b")));
+        assert!(host_namespace_problem("a", Some(&other), &reserved).is_some());
     }
 
     #[test]
