@@ -54,6 +54,9 @@ fn start_syncer(
         host_namespace: format!("fabrik-{tenant}"),
         policy: Policy {
             node_selector: [("fabrik.dev/pool".to_string(), tenant.to_string())].into(),
+            // Ingresses are synced (an extra kind below) to the one class the tenant may use.
+            sync_ingresses: true,
+            ingress_classes: vec!["public".to_string()],
             ..Default::default()
         },
         extra_kinds: vec![syncer::kinds::Kind::Ingress],
@@ -194,6 +197,10 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
     })
     .await?;
     let spec = serde_json::to_value(&hi.spec)?;
+    assert_eq!(
+        spec["ingressClassName"], "public",
+        "the tenant's class: {spec}"
+    );
     assert_eq!(
         spec["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"],
         "web-x-default-x-a"
