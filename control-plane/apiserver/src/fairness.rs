@@ -6,15 +6,19 @@
 //! queued requests gets no more turns than one with a single request). A request whose queue
 //! is full, or that waited longer than the queue wait, is answered 429 with `Retry-After`.
 //!
-//! A seat is held for the request's handling only: a watch (or a log follow, exec, attach,
-//! port-forward) gives its seat back once its response starts, after the initial list, as
-//! upstream does. Requests to the host cluster and of in-process callers (the controllers,
+//! A seat is held for the request's handling only. A watch keeps it until it has written every
+//! event it had at once — its initial list, encoded and handed to the connection — and gives
+//! it back when it first has to wait for a change ([`hold_until_idle`]), as upstream's watch
+//! initialization does; a client that does not read keeps its own tenant's seat, no other's. A
+//! log follow, exec, attach or port-forward gives its seat back once its response starts. Requests to the host cluster and of in-process callers (the controllers,
 //! the syncer) take no seat: tenants cannot starve the platform.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures::stream::BoxStream;
+use futures::StreamExt;
 use tokio::sync::oneshot;
 
 use crate::error::ApiError;
@@ -50,11 +54,11 @@ pub struct FairnessSettings {
 }
 
 impl Default for FairnessSettings {
-    /// Sized from the machine: 8 seats per core in all, a quarter of them (at least 4) per
+    /// Sized from the machine: 16 seats per core in all (at least 32), a quarter of them per
     /// tenant, half of a tenant's per user.
     fn default() -> Self {
         let cores = std::thread::available_parallelism().map_or(2, usize::from);
-        let seats = (8 * cores).max(16);
+        let seats = (16 * cores).max(32);
         let tenant_seats = (seats / 4).max(4);
         FairnessSettings {
             seats,
@@ -114,6 +118,29 @@ impl Drop for Seat {
     fn drop(&mut self) {
         self.fairness.release(&self.tenant, &self.user);
     }
+}
+
+/// `events` holding `seat` until the stream first has nothing ready (or ends): the events it
+/// yields at once — a watch's initial list — are produced, and encoded by whoever maps them,
+/// under the seat.
+pub fn hold_until_idle<T: Send + 'static>(
+    events: BoxStream<'static, T>,
+    seat: Option<Seat>,
+) -> BoxStream<'static, T> {
+    let Some(seat) = seat else {
+        return events;
+    };
+    let mut events = events;
+    let mut seat = Some(seat);
+    futures::stream::poll_fn(move |cx| {
+        let polled = events.poll_next_unpin(cx);
+        if !matches!(polled, std::task::Poll::Ready(Some(_))) {
+            // Nothing ready: the seat goes back to the pool (dropping it releases it).
+            drop(seat.take());
+        }
+        polled
+    })
+    .boxed()
 }
 
 /// Counts of a tenant's seats (for tests and metrics).
@@ -384,6 +411,29 @@ mod tests {
         assert_eq!(f.stats("a").waiting, 0);
         drop((a1, a2, b));
         assert_eq!(f.stats("a"), FlowStats::default());
+        assert_eq!(f.lock().free, 4);
+    }
+
+    #[tokio::test]
+    async fn a_watch_keeps_its_seat_while_it_has_events_ready() {
+        let f = Fairness::new(settings(4, 2, 2, 1));
+        let seat = f.acquire("a", "u").await.ok();
+        let (tx, rx) = futures::channel::mpsc::unbounded::<u32>();
+        for i in 0..3 {
+            tx.unbounded_send(i).ok();
+        }
+        let mut events = hold_until_idle(rx.boxed(), seat);
+        // The initial events come under the seat.
+        for want in 0..3 {
+            assert_eq!(events.next().await, Some(want));
+            assert_eq!(f.stats("a").in_use, 1);
+        }
+        // Nothing more ready: the seat goes back while the watch waits for changes.
+        let waiting = tokio::time::timeout(Duration::from_millis(20), events.next()).await;
+        assert!(waiting.is_err());
+        assert_eq!(f.stats("a").in_use, 0);
+        tx.unbounded_send(9).ok();
+        assert_eq!(events.next().await, Some(9));
         assert_eq!(f.lock().free, 4);
     }
 

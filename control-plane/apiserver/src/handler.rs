@@ -435,8 +435,9 @@ impl ApiServer {
             }
         }
         // A tenant's network requests take a seat of the listener's shared pool for as long as
-        // they are handled (a watch: until its stream starts).
-        let _seat = match (&tenancy, network) {
+        // they are handled (a watch: until it has written the events it had at once, its
+        // initial list, as upstream's watch initialization).
+        let mut seat = match (&tenancy, network) {
             (Some(t), true) => match t.fairness.acquire(&t.name, &user.name).await {
                 Ok(seat) => Some(seat),
                 Err(e) => return Err((e, verb, resource)),
@@ -444,7 +445,7 @@ impl ApiServer {
             _ => None,
         };
         let result = match route {
-            Route::Resource(r) => self.resource(req, query, r, user, network).await,
+            Route::Resource(r) => self.resource(req, query, r, user, network, &mut seat).await,
             other => self.non_resource(&req, other).await,
         };
         match result {
@@ -560,6 +561,7 @@ impl ApiServer {
         r: ResourceRequest,
         user: UserInfo,
         network: bool,
+        seat: &mut Option<crate::fairness::Seat>,
     ) -> Result<Reply> {
         let def = self
             .registry
@@ -621,7 +623,7 @@ impl ApiServer {
                 } else {
                     None
                 };
-                self.watch(&def, ns, query, output, slot).await
+                self.watch(&def, ns, query, output, slot, seat.take()).await
             }
             (Verb::Create, None) if r.name.is_none() => {
                 let body = self.decode(req, content_type.as_deref(), false).await?;
@@ -1083,6 +1085,7 @@ impl ApiServer {
         query: &Query,
         output: Output,
         slot: Option<crate::server::WatchSlot>,
+        seat: Option<crate::fairness::Seat>,
     ) -> Result<Reply> {
         let (labels, fields) = query.selectors()?;
         let send_initial = match query.get("sendInitialEvents") {
@@ -1102,7 +1105,8 @@ impl ApiServer {
             Some(t) if t > 0 => Duration::from_secs(t as u64),
             _ => self.settings.max_watch,
         };
-        let events = self.registry.watch(def, ns, params).await?;
+        let events =
+            crate::fairness::hold_until_idle(self.registry.watch(def, ns, params).await?, seat);
         let def = def.clone();
         let include =
             IncludeObject::parse(query.get("includeObject").unwrap_or("")).unwrap_or_default();
