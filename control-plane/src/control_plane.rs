@@ -30,8 +30,9 @@ use crate::tenants;
 
 /// The name of the Tenant CRD.
 pub const TENANT_CRD: &str = "tenants.fabrik.dev";
-/// How long the Tenant CRD may take to be served after it is installed.
-const CRD_SERVED_WITHIN: Duration = Duration::from_secs(10);
+/// How long the Tenant CRD may take to be served after it is installed (a readiness poll:
+/// generous, so that a start on a busy machine does not fail).
+const CRD_SERVED_WITHIN: Duration = Duration::from_secs(60);
 /// How long shutdown waits for the tenant manager to stop its tenants.
 const MANAGER_STOP_GRACE: Duration = Duration::from_secs(6);
 

@@ -43,6 +43,11 @@ struct Ha {
 
 impl Ha {
     async fn start(n: usize) -> Result<Ha> {
+        Self::start_with(n, &[]).await
+    }
+
+    /// Starts with more `fabrik serve` arguments for every replica.
+    async fn start_with(n: usize, extra: &[&str]) -> Result<Ha> {
         init_crypto();
         let etcd = Etcd::start()?;
         let up = Fabrik::start_with(&["--no-tenant-manager", "--nodes", "2"])?;
@@ -59,7 +64,7 @@ impl Ha {
             store: &store,
             public_url: &public,
             work: work.path(),
-            extra: &[],
+            extra,
         };
         let mut replicas = Vec::new();
         for (i, addr) in addrs.into_iter().enumerate() {
@@ -409,7 +414,7 @@ async fn burst(ha: &mut Ha) -> Result<()> {
         killed.elapsed().as_millis()
     );
     // Converged: each tenant pod has exactly one host pod, and none is extra.
-    let deadline = Instant::now() + Duration::from_secs(120);
+    let deadline = Instant::now() + Duration::from_secs(180);
     for t in BURST_TENANTS {
         let client = ha.tenant_client(t).await?;
         let pods: Api<Pod> = Api::namespaced(client, "default");
@@ -448,7 +453,12 @@ async fn burst(ha: &mut Ha) -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_replica_killed_during_a_pod_burst_loses_and_duplicates_nothing() {
-    let mut ha = Ha::start(3).await.expect("etcd, host and replicas");
+    // What this checks is correctness under a burst, not hand-over speed (the failover test
+    // and docs/benchmarks.md time that): 10 s Leases keep a replica whose renewal is slowed by
+    // the burst itself on a 2-core machine from being taken for dead.
+    let mut ha = Ha::start_with(3, &["--lease-duration-seconds", "10"])
+        .await
+        .expect("etcd, host and replicas");
     if let Err(e) = burst(&mut ha).await {
         panic!("{e:#}\n{}", ha.logs());
     }
