@@ -67,6 +67,24 @@ pub fn kubectls() -> Vec<Kubectl> {
         .collect()
 }
 
+/// Runs `kubectl` with `kubeconfig`: its output, whatever its exit status.
+pub fn kc(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<Output> {
+    Ok(Command::new(&k.path)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .output()?)
+}
+
+/// Runs `kubectl` with `kubeconfig`: its stdout, or an error with its stderr.
+pub fn kc_ok(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
+    let out = kc(k, kubeconfig, args)?;
+    if !out.status.success() {
+        bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// A running `fabrik up` with its own data directory.
 pub struct Fabrik {
     child: Option<Child>,

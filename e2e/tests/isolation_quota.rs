@@ -10,16 +10,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use e2e::kc;
 use e2e::{kubectls, Fabrik, Kubectl};
 use serde_json::{json, Value};
-
-fn kc(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(&k.path)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()?)
-}
 
 fn create(
     k: &Kubectl,

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
+use e2e::{kc, kc_ok};
 use e2e::{kubectls, Fabrik, Kubectl};
 use fabrik_api::naming::host_name;
 use serde_json::Value;
@@ -27,22 +28,6 @@ fn poll(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-fn kc(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(&k.path)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()?)
-}
-
-fn kc_ok(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let out = kc(k, kubeconfig, args)?;
-    if !out.status.success() {
-        bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `kubectl apply` of a YAML document: Ok(stdout) or Err(stderr).
