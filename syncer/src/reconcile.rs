@@ -359,7 +359,6 @@ async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), 
         "reason": reason, "message": message, "type": "Warning", "count": 1,
         "firstTimestamp": now, "lastTimestamp": now,
         "source": {"component": "fabrik-syncer"}});
-    tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message, "not copied to the host");
     let Ok(data) = serde_json::from_value::<DynamicObject>(event) else {
         return Ok(());
     };
@@ -368,7 +367,12 @@ async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), 
         .create(&PostParams::default(), &data)
         .await
     {
-        Ok(_) => Ok(()),
+        // Logged once per distinct refusal, as the Event is written once.
+        Ok(_) => {
+            tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message,
+                "not copied to the host");
+            Ok(())
+        }
         // Reported already.
         Err(e) if is_conflict(&e) => Ok(()),
         Err(source) => Err(Error::Tenant {
