@@ -50,7 +50,7 @@ impl Etcd {
             dir,
             client_port,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::STARTUP;
         loop {
             if healthy(client_port) {
                 return Ok(etcd);
@@ -61,7 +61,11 @@ impl Etcd {
                 }
             }
             if Instant::now() > deadline {
-                bail!("etcd did not become healthy in 30 s: {}", etcd.log());
+                bail!(
+                    "etcd did not become healthy in {} s: {}",
+                    crate::STARTUP.as_secs(),
+                    etcd.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

@@ -144,7 +144,7 @@ impl Replica {
             child: Some(child),
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + crate::STARTUP;
         while !r.log().contains("serving tenants at ") {
             if let Some(c) = r.child.as_mut() {
                 if let Some(status) = c.try_wait()? {
@@ -152,7 +152,11 @@ impl Replica {
                 }
             }
             if Instant::now() > deadline {
-                bail!("replica {id} did not serve within 30 s: {}", r.log());
+                bail!(
+                    "replica {id} did not serve within {} s: {}",
+                    crate::STARTUP.as_secs(),
+                    r.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }

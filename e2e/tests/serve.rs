@@ -40,7 +40,7 @@ impl Serve {
             child: Some(child),
             log,
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + e2e::STARTUP;
         loop {
             if let Some(url) = serving_url(&serve.log()) {
                 return Ok((serve, url));
@@ -51,7 +51,11 @@ impl Serve {
                 }
             }
             if Instant::now() > deadline {
-                bail!("fabrik serve did not serve within 30 s: {}", serve.log());
+                bail!(
+                    "fabrik serve did not serve within {} s: {}",
+                    e2e::STARTUP.as_secs(),
+                    serve.log()
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
