@@ -170,6 +170,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         Some(crate::authn::host_signing_key(&dir.join("pki"))?);
     host_settings.auth.service_account_issuer = bound.url();
     let host_ca_pem = host_ca.cert_pem().to_string();
+    host_settings.root_ca_pem = Some(host_ca_pem.clone());
     let cluster = Cluster::start(host, host_ca, host_settings)
         .await
         .context("cannot start the host cluster")?;

@@ -131,9 +131,12 @@ impl Cluster {
             server.clone(),
             crate::client::controller_identity("controller-manager"),
         );
+        let mut controllers =
+            fabrik_controllers::Config::for_server_address(&server.settings.server_address);
+        controllers.root_ca_pem = server.settings.root_ca_pem.clone();
         tasks.push(tokio::spawn(fabrik_controllers::run_with(
             client,
-            fabrik_controllers::Config::for_server_address(&server.settings.server_address),
+            controllers,
             server.shutdown_signal(),
         )));
         Ok(Cluster {

@@ -118,6 +118,9 @@ pub struct Settings {
     pub max_watches_per_user: usize,
     /// The most watches all network users together may have open at once on this cluster.
     pub max_watches: usize,
+    /// The CA bundle that verifies the serving certificate clients of this cluster see,
+    /// published as `kube-root-ca.crt` in every namespace (none: not published).
+    pub root_ca_pem: Option<String>,
 }
 
 impl Default for Settings {
@@ -129,6 +132,7 @@ impl Default for Settings {
             auth: crate::auth::AuthSettings::default(),
             max_watches_per_user: DEFAULT_WATCHES_PER_USER,
             max_watches: DEFAULT_WATCHES,
+            root_ca_pem: None,
         }
     }
 }

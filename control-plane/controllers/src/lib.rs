@@ -15,6 +15,7 @@
 //!    ├── resourcequota    ResourceQuota ← what its namespace uses (`status.used`)
 //!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
 //!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_endpoint)
+//!    ├── root_ca      `kube-root-ca.crt` in every namespace (with Config::root_ca_pem)
 //!    └── serviceaccount   a `default` ServiceAccount in every namespace
 //! ```
 //!
@@ -41,6 +42,7 @@ pub mod kubernetes_service;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod revision;
+pub mod root_ca;
 pub mod serviceaccount;
 mod shared;
 pub mod statefulset;
@@ -56,6 +58,9 @@ pub struct Config {
     /// The API server's address for the `kubernetes` Service's endpoints; without it that
     /// Service is not managed.
     pub api_endpoint: Option<(IpAddr, u16)>,
+    /// The CA bundle that verifies the API server's serving certificate, published as
+    /// `kube-root-ca.crt` in every namespace; without it no ConfigMap is published.
+    pub root_ca_pem: Option<String>,
 }
 
 impl Config {
@@ -68,6 +73,7 @@ impl Config {
         };
         Config {
             api_endpoint: Some((ip, addr.port())),
+            root_ca_pem: None,
         }
     }
 }
@@ -103,6 +109,14 @@ pub async fn run_with(
             }
         }
     };
+    let root_ca = {
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move {
+            if let Some(bundle) = config.root_ca_pem {
+                root_ca::run(client, bundle, shutdown).await;
+            }
+        }
+    };
     futures::join!(
         gc::run(client.clone(), shutdown.clone()),
         replicaset::run(client.clone(), shutdown.clone()),
@@ -114,6 +128,7 @@ pub async fn run_with(
         resourcequota::run(client.clone(), shutdown.clone()),
         endpoints::run(client.clone(), shutdown.clone()),
         api_service,
+        root_ca,
         serviceaccount::run(client, shutdown),
     );
 }

@@ -395,3 +395,78 @@ async fn kubernetes_service_points_at_the_api_server() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// The CA of a kubeconfig's cluster, as PEM.
+fn kubeconfig_ca(path: &std::path::Path) -> Result<String> {
+    let kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    let Some(data) = kubeconfig
+        .clusters
+        .first()
+        .and_then(|c| c.cluster.as_ref())
+        .and_then(|c| c.certificate_authority_data.clone())
+    else {
+        bail!("{} names no CA data", path.display());
+    };
+    use base64::Engine as _;
+    Ok(String::from_utf8(
+        base64::engine::general_purpose::STANDARD.decode(data)?,
+    )?)
+}
+
+/// Waits until `ns` has `kube-root-ca.crt` holding exactly `bundle`.
+async fn wait_root_ca(api: &Api<ConfigMap>, ns: &str, bundle: &str) -> Result<()> {
+    wait_for(&format!("kube-root-ca.crt in {ns}"), 60, || async {
+        let cm = api.get_opt("kube-root-ca.crt").await?;
+        let data = cm.and_then(|c| c.data).unwrap_or_default();
+        Ok(
+            (data.len() == 1 && data.get("ca.crt").map(String::as_str) == Some(bundle))
+                .then_some(()),
+        )
+    })
+    .await
+}
+
+#[tokio::test]
+async fn every_namespace_has_the_root_ca_that_verifies_its_server() -> Result<()> {
+    let (fabrik, host) = start_with(&["--nodes", "0"]).await?;
+    // The host (`fabrik up`) and a tenant: each publishes the CA its clients verify it with.
+    let demo = fabrik.data_dir().join("tenants/demo.kubeconfig");
+    wait_for("the demo tenant's kubeconfig", 60, || async {
+        Ok(demo.exists().then_some(()))
+    })
+    .await?;
+    let tenant = {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&demo)?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        kube::Client::try_from(config)?
+    };
+    for (client, ca) in [
+        (host, kubeconfig_ca(&fabrik.kubeconfig())?),
+        (tenant, kubeconfig_ca(&demo)?),
+    ] {
+        let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+        namespaces
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": "team"}}))?,
+            )
+            .await?;
+        for ns in ["default", "kube-system", "team"] {
+            wait_root_ca(&Api::namespaced(client.clone(), ns), ns, &ca).await?;
+        }
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+        // Changed: the bundle, and only it, comes back.
+        api.patch(
+            "kube-root-ca.crt",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"ca.crt": "forged", "extra": "x"}})),
+        )
+        .await?;
+        wait_root_ca(&api, "team", &ca).await?;
+        // Deleted: created again.
+        api.delete("kube-root-ca.crt", &DeleteParams::default())
+            .await?;
+        wait_root_ca(&api, "team", &ca).await?;
+    }
+    Ok(())
+}

@@ -721,6 +721,9 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             settings.auth.service_account_key = Some(sa_key.clone());
             settings.auth.service_account_issuer = endpoint.clone();
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
+            // Clients verify the tenant's server with the serving CA (the tenant's own CA
+            // issues only its client certificates).
+            settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             let cluster = Cluster::start(store, ca_copy, settings).await?;
             let policy = policy_of(&tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
