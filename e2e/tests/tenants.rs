@@ -343,3 +343,96 @@ fn crash_and_restart_converge() {
         panic!("{e:#}\n--- server log ---\n{}", f.log());
     }
 }
+
+/// Clients that build absolute paths drop a kubeconfig's `/clusters/<name>` prefix, and a
+/// tenant's pods use in-cluster configuration (the server's address and a bearer token): both
+/// reach their tenant without the prefix — by the CA of the client certificate, or by the
+/// issuer of the token — and never the host.
+#[test]
+fn a_tenant_is_reached_without_its_path_prefix() {
+    let f = Fabrik::start().expect("fabrik up");
+    let run = || -> Result<()> {
+        let demo = f.data_dir().join("tenants/demo.kubeconfig");
+        poll("the demo tenant's kubeconfig", 60, || Ok(demo.exists()))?;
+        let first = kubectls().pop().context("kubectl")?;
+        poll("the demo tenant answering", 60, || {
+            Ok(kc(&first, &demo, &["get", "ns"])?.status.success())
+        })?;
+        kc_ok(&first, &demo, &["create", "namespace", "only-in-demo"])?;
+        // The same credentials with the prefix cut off the server URL.
+        let text = std::fs::read_to_string(&demo)?;
+        if !text.contains("/clusters/demo") {
+            bail!("the demo kubeconfig names no /clusters/demo: {text}");
+        }
+        let bare = f.data_dir().join("demo-bare.kubeconfig");
+        std::fs::write(&bare, text.replace("/clusters/demo", ""))?;
+        for k in kubectls() {
+            // Absolute paths with the tenant's kubeconfig (kubectl drops the prefix).
+            for path in ["/readyz", "/livez", "/version", "/openapi/v2"] {
+                kc_ok(&k, &demo, &["get", "--raw", path])
+                    .with_context(|| format!("kubectl {} get --raw {path}", k.version))?;
+            }
+            let list = kc_ok(&k, &demo, &["get", "--raw", "/api/v1/namespaces?limit=500"])?;
+            if !list.contains("only-in-demo") || list.contains("fabrik-demo") {
+                bail!(
+                    "kubectl {}: /api/v1/namespaces is not the tenant's: {list}",
+                    k.version
+                );
+            }
+            let names = kc_ok(&k, &bare, &["get", "ns", "-o", "name"])?;
+            if !names.contains("namespace/only-in-demo") || names.contains("fabrik-demo") {
+                bail!("kubectl {}: without the prefix: {names}", k.version);
+            }
+        }
+        // In-cluster configuration: the server's address, the tenant's token.
+        kc_ok(
+            &first,
+            &demo,
+            &[
+                "create",
+                "rolebinding",
+                "robot-view",
+                "--clusterrole=view",
+                "--serviceaccount=default:default",
+            ],
+        )?;
+        kc_ok(&first, &demo, &["create", "configmap", "marker"])?;
+        let token = kc_ok(&first, &demo, &["create", "token", "default"])?;
+        let server = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: "))
+            .context("server in the kubeconfig")?
+            .replace("/clusters/demo", "");
+        let as_pod = |args: &[&str]| {
+            let mut all = vec![
+                "--kubeconfig=/dev/null",
+                "--insecure-skip-tls-verify",
+                "--server",
+                &server,
+                "--token",
+                token.trim(),
+            ];
+            all.extend_from_slice(args);
+            std::process::Command::new(&first.path).args(&all).output()
+        };
+        let out = as_pod(&["get", "configmaps", "-n", "default", "-o", "name"])?;
+        let listed = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !listed.contains("configmap/marker") {
+            bail!(
+                "the tenant's token without the prefix: {listed} {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // The token is the tenant's: the tenant refuses what its RBAC does not grant (403
+        // naming the service account), the host never sees it.
+        let out = as_pod(&["get", "nodes"])?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains("system:serviceaccount:default:default") {
+            bail!("listing nodes with the tenant's token: {err}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- server log ---\n{}", f.log());
+    }
+}

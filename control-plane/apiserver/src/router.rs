@@ -9,6 +9,15 @@
 //! holds its key ([`ClientCerts`]); whether the certificate names a user is decided by the API
 //! server the request addresses, against that cluster's own CA — a certificate issued by tenant
 //! B's CA is refused (401) on `/clusters/a`.
+//!
+//! A tenant is also reachable **without the prefix**, because clients that build absolute
+//! paths drop it (`kubectl get --raw /readyz` with a tenant kubeconfig) and because a tenant's
+//! pods use in-cluster configuration (`https://<host>:<port>/`, a bearer token). A request
+//! outside `/clusters/` goes to the tenant whose CA issued its client certificate, else to the
+//! tenant whose service-account issuer its bearer token names (`iss`), else to the cluster at
+//! `/` as before. Both are routing hints only: the chosen tenant's API server verifies the
+//! certificate against its CA and the token's signature with its key, so a forged issuer ends
+//! in a 401 from the tenant it names, never in another cluster.
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -30,6 +39,94 @@ use crate::server::ApiServer;
 #[derive(Clone)]
 struct Target {
     server: Arc<ApiServer>,
+    /// Subject (DER) of the CA that issues the tenant's client certificates.
+    client_ca: Option<Vec<u8>>,
+    /// The `iss` of the tenant's service-account tokens.
+    issuer: String,
+}
+
+/// The tenants, with the indexes prefix-less requests are routed by.
+#[derive(Default)]
+struct Tenants {
+    by_name: HashMap<String, Target>,
+    by_client_ca: HashMap<Vec<u8>, String>,
+    by_issuer: HashMap<String, String>,
+}
+
+impl Tenants {
+    fn insert(&mut self, name: &str, target: Target) {
+        self.remove(name);
+        if let Some(ca) = &target.client_ca {
+            self.by_client_ca.insert(ca.clone(), name.to_string());
+        }
+        if !target.issuer.is_empty() {
+            self.by_issuer
+                .insert(target.issuer.clone(), name.to_string());
+        }
+        self.by_name.insert(name.to_string(), target);
+    }
+
+    fn remove(&mut self, name: &str) -> Option<Target> {
+        let target = self.by_name.remove(name)?;
+        if let Some(ca) = &target.client_ca {
+            if self.by_client_ca.get(ca).is_some_and(|n| n == name) {
+                self.by_client_ca.remove(ca);
+            }
+        }
+        if self
+            .by_issuer
+            .get(&target.issuer)
+            .is_some_and(|n| n == name)
+        {
+            self.by_issuer.remove(&target.issuer);
+        }
+        Some(target)
+    }
+
+    /// The tenant a request outside `/clusters/` is meant for, if its credentials name one.
+    fn of_credentials(
+        &self,
+        peer_cert: Option<&CertificateDer<'static>>,
+        headers: &http::HeaderMap,
+    ) -> Option<String> {
+        if let Some(issuer) = peer_cert
+            .and_then(|c| crate::pki::identity(c))
+            .map(|i| i.issuer)
+        {
+            if let Some(name) = self.by_client_ca.get(&issuer) {
+                return Some(name.clone());
+            }
+        }
+        let iss = bearer_issuer(headers)?;
+        self.by_issuer.get(&iss).cloned()
+    }
+}
+
+/// The `iss` claim of a request's bearer token, read without verifying it (a routing hint).
+fn bearer_issuer(headers: &http::HeaderMap) -> Option<String> {
+    use base64::Engine as _;
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("bearer") {
+        return None;
+    }
+    let payload = token.trim().split('.').nth(1)?;
+    // A JWT's claims are small; anything larger is not worth decoding to route.
+    if payload.len() > 16 * 1024 {
+        return None;
+    }
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .ok()?;
+    let claims: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
+    claims["iss"].as_str().map(str::to_string)
+}
+
+/// The subject (DER) of the first certificate of a PEM bundle.
+fn ca_subject(pem: &str) -> Option<Vec<u8>> {
+    let mut reader = pem.as_bytes();
+    let der = rustls_pemfile::certs(&mut reader).next()?.ok()?;
+    crate::pki::subject(&der)
 }
 
 /// Errors configuring the router.
@@ -49,8 +146,8 @@ pub enum RouterError {
 /// The clusters behind one listener.
 pub struct Router {
     /// The cluster at `/` (none for a tenants-only router).
-    host: Option<Target>,
-    tenants: RwLock<HashMap<String, Target>>,
+    host: Option<Arc<ApiServer>>,
+    tenants: RwLock<Tenants>,
     verifier: Arc<ClientCerts>,
     /// The seats the tenants share (see [`crate::fairness`]).
     fairness: Arc<Fairness>,
@@ -60,8 +157,8 @@ impl Router {
     /// A router serving `host` at `/` (its CA is checked by the host's API server).
     pub fn new(host: Arc<ApiServer>, _host_ca_pem: &str) -> Result<Arc<Router>, RouterError> {
         Ok(Arc::new(Router {
-            host: Some(Target { server: host }),
-            tenants: RwLock::new(HashMap::new()),
+            host: Some(host),
+            tenants: RwLock::new(Tenants::default()),
             verifier: Arc::new(ClientCerts::new()),
             fairness: Fairness::new(FairnessSettings::default()),
         }))
@@ -73,7 +170,7 @@ impl Router {
     pub fn tenants_only() -> Arc<Router> {
         Arc::new(Router {
             host: None,
-            tenants: RwLock::new(HashMap::new()),
+            tenants: RwLock::new(Tenants::default()),
             verifier: Arc::new(ClientCerts::new()),
             fairness: Fairness::new(FairnessSettings::default()),
         })
@@ -89,16 +186,27 @@ impl Router {
         self.verifier.clone()
     }
 
-    /// Serves `server` at `/clusters/<name>/` (its CA is checked by the tenant's API server).
+    /// Serves `server` at `/clusters/<name>/`, and at `/` to clients whose certificate
+    /// `ca_pem` issued or whose token the server's service-account issuer signed (the server
+    /// verifies both).
     pub fn add_tenant(
         &self,
         name: &str,
         server: Arc<ApiServer>,
-        _ca_pem: &str,
+        ca_pem: &str,
     ) -> Result<(), RouterError> {
+        let client_ca = ca_subject(ca_pem).ok_or(RouterError::NoCa)?;
         server.serve_as_tenant(name, self.fairness.clone());
+        let issuer = server.settings.auth.service_account_issuer.clone();
         if let Ok(mut t) = self.tenants.write() {
-            t.insert(name.to_string(), Target { server });
+            t.insert(
+                name,
+                Target {
+                    server,
+                    client_ca: Some(client_ca),
+                    issuer,
+                },
+            );
         }
         Ok(())
     }
@@ -115,7 +223,8 @@ impl Router {
         let Ok(mut t) = self.tenants.write() else {
             return false;
         };
-        if t.get(name)
+        if t.by_name
+            .get(name)
             .is_some_and(|target| Arc::ptr_eq(&target.server, server))
         {
             t.remove(name);
@@ -128,7 +237,7 @@ impl Router {
     pub fn tenant_names(&self) -> Vec<String> {
         self.tenants
             .read()
-            .map(|t| t.keys().cloned().collect())
+            .map(|t| t.by_name.keys().cloned().collect())
             .unwrap_or_default()
     }
 
@@ -140,22 +249,26 @@ impl Router {
     ) -> Response<Body> {
         let path = req.uri().path().to_string();
         let Some(rest) = path.strip_prefix("/clusters/") else {
-            return match &self.host {
-                Some(host) => {
-                    host.server
-                        .clone()
-                        .handle(req, Caller::Network(peer_cert))
-                        .await
-                }
-                None if is_health(&path) => health_ok(),
-                None => no_route(),
+            let tenant = self.tenants.read().ok().and_then(|t| {
+                let name = t.of_credentials(peer_cert.as_ref(), req.headers())?;
+                t.by_name.get(&name).map(|target| target.server.clone())
+            });
+            return match (tenant, &self.host) {
+                (Some(server), _) => server.handle(req, Caller::Network(peer_cert)).await,
+                (None, Some(host)) => host.clone().handle(req, Caller::Network(peer_cert)).await,
+                (None, None) if is_health(&path) => health_ok(),
+                (None, None) => no_route(),
             };
         };
         let (name, tail) = match rest.split_once('/') {
             Some((n, t)) => (n.to_string(), format!("/{t}")),
             None => (rest.to_string(), "/".to_string()),
         };
-        let target = self.tenants.read().ok().and_then(|t| t.get(&name).cloned());
+        let target = self
+            .tenants
+            .read()
+            .ok()
+            .and_then(|t| t.by_name.get(&name).cloned());
         let Some(target) = target else {
             // What a tenant answers a caller it cannot authenticate, whatever the path: no
             // caller can authenticate to a tenant that does not exist, and the answer must not
@@ -320,5 +433,45 @@ mod tests {
         let resp = router.handle(get("/clusters/nobody/api"), None).await;
         assert_eq!(resp.status(), http::StatusCode::UNAUTHORIZED);
         assert!(router.tenant_names().is_empty());
+    }
+
+    fn bearer(value: &str) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        if let Ok(v) = http::HeaderValue::from_str(value) {
+            h.insert(http::header::AUTHORIZATION, v);
+        }
+        h
+    }
+
+    #[test]
+    fn the_issuer_of_a_bearer_token_is_a_hint_read_from_any_input_without_failing() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(s);
+        let token = format!(
+            "{}.{}.sig",
+            b64("{}"),
+            b64(r#"{"iss":"https://x/clusters/a"}"#)
+        );
+        assert_eq!(
+            bearer_issuer(&bearer(&format!("Bearer {token}"))).as_deref(),
+            Some("https://x/clusters/a")
+        );
+        assert_eq!(
+            bearer_issuer(&bearer(&format!("bearer  {token}"))).as_deref(),
+            Some("https://x/clusters/a")
+        );
+        for hostile in [
+            String::new(),
+            "Basic dXNlcjpwdw==".to_string(),
+            "Bearer".to_string(),
+            "Bearer opaque-token".to_string(),
+            "Bearer a.!!!.c".to_string(),
+            format!("Bearer a.{}.c", b64("not json")),
+            format!("Bearer a.{}.c", b64(r#"{"iss":7}"#)),
+            format!("Bearer a.{}.c", "A".repeat(64 * 1024)),
+        ] {
+            assert_eq!(bearer_issuer(&bearer(&hostile)), None, "{hostile:.40}");
+        }
+        assert_eq!(ca_subject("not a pem"), None);
     }
 }
