@@ -391,18 +391,26 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
     let tobj = tc.get(ns, name);
     migrate_strays(ctx, kind, ns, name, tobj.is_none()).await?;
     let hname = naming::host_name(name, ns, &ctx.tenant);
-    let host = hc.get(&ctx.host_namespace, &hname);
-    if let Some(h) = &host {
-        if !naming::is_copy_of(h, &ctx.tenant, ns, name) {
-            tracing::warn!(tenant = %ctx.tenant, ?kind, %ns, %name, host = %hname,
-                "host name is taken by another tenant object; not synced");
-            return Ok(());
-        }
-    }
+    let found = hc.get(&ctx.host_namespace, &hname);
+    // A host object of the name that is not this object's copy is someone else's: the host's
+    // own Endpoints of a Service with a selector (the host's endpoints controller writes them),
+    // or another tenant object's copy. Never written; worth a word only when the syncer would
+    // have written there.
+    let taken = found
+        .as_deref()
+        .is_some_and(|h| !naming::is_copy_of(h, &ctx.tenant, ns, name));
+    let host = found.filter(|_| !taken);
     let want = tobj
         .as_deref()
         .filter(|o| !is_deleting(o))
         .and_then(|o| desired(ctx, kind, o, host.as_deref()));
+    if taken {
+        if want.is_some() {
+            tracing::warn!(tenant = %ctx.tenant, ?kind, %ns, %name, host = %hname,
+                "host name is taken by another object; not synced");
+        }
+        return Ok(());
+    }
     match (want, host.as_deref()) {
         (None, Some(_)) => ctx.host_delete(kind, &hname, None).await,
         (None, None) => Ok(()),
