@@ -15,7 +15,7 @@
 //! * [`HostInformers::new`]`(host)`: once per process. One host watch per kind, shared by every
 //!   tenant (filtered by the `fabrik.dev/tenant` label, routed by label *and* namespace).
 //! * [`run`]`(TenantSync, tenant_client, host_informers, shutdown)`: one per tenant; returns when
-//!   `shutdown` resolves.
+//!   `shutdown` resolves. [`run_with`] takes [`Options`] besides (tests: fast token rotation).
 //! * [`check_pod`] / [`check_pod_update`]: pod admission for the tenant API server, with the
 //!   [`Policy`] that the syncer enforces again when it builds host pods.
 //!
@@ -32,8 +32,14 @@
 //! # Not done here
 //!
 //! Proxying logs / exec / attach / port-forward and quota checks (the tenant manager); extra
-//! kinds other than Ingress ([`kinds::Kind::EXTRA`]); a TokenRequest-based service account token
-//! (tokens are copied from `kubernetes.io/service-account-token` Secrets, or left out).
+//! kinds other than Ingress ([`kinds::Kind::EXTRA`]).
+//!
+//! # Service account tokens and the tenant API
+//!
+//! Projected service account tokens are asked of the tenant API (TokenRequests bound to the
+//! tenant pod) and written into a host Secret per host pod, refreshed as the kubelet refreshes
+//! them ([`tokens`]); with [`Policy::api_address`] the host containers get the `kubernetes`
+//! Service's environment pointing at the tenant API, so in-cluster clients reach their tenant.
 
 #![forbid(unsafe_code)]
 
@@ -55,6 +61,7 @@ pub mod policy;
 pub mod queue;
 pub mod reconcile;
 pub mod services;
+pub mod tokens;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -67,7 +74,7 @@ use serde_json::Value;
 
 pub use admission::{check_pod, check_pod_update};
 pub use informers::HostInformers;
-pub use policy::{GpuSharing, Policy};
+pub use policy::{ApiAddress, GpuSharing, Policy};
 
 use cache::Cache;
 use kinds::Kind;
@@ -84,6 +91,23 @@ pub struct TenantSync {
     pub policy: Policy,
     /// Kinds synced besides the built-in set (from [`kinds::Kind::EXTRA`]).
     pub extra_kinds: Vec<Kind>,
+}
+
+/// Settings of a syncer that are not the tenant's: what tests (and operators) may tune.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// The share of a service account token's lifetime after which it is refreshed
+    /// ([`tokens::DEFAULT_REFRESH_FRACTION`], the kubelet's 80 %; a token lives at least
+    /// 600 s, so a test that wants to see rotation makes this small).
+    pub token_refresh_fraction: f64,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            token_refresh_fraction: tokens::DEFAULT_REFRESH_FRACTION,
+        }
+    }
 }
 
 /// Errors of [`run`].
@@ -116,6 +140,17 @@ pub async fn run(
     tenant: kube::Client,
     host: HostInformers,
     shutdown: impl Future<Output = ()>,
+) -> Result<(), Error> {
+    run_with(sync, tenant, host, shutdown, Options::default()).await
+}
+
+/// [`run`] with [`Options`].
+pub async fn run_with(
+    sync: TenantSync,
+    tenant: kube::Client,
+    host: HostInformers,
+    shutdown: impl Future<Output = ()>,
+    options: Options,
 ) -> Result<(), Error> {
     let expected = naming::host_namespace(&sync.tenant);
     if sync.host_namespace != expected {
@@ -163,11 +198,12 @@ pub async fn run(
     for kind in Kind::HOST.into_iter().chain(extra.iter().copied()) {
         let q = queue.clone();
         let users = address_users.clone();
+        let tenant_name = sync.tenant.clone();
         let sub = host.subscribe(
             kind,
             &sync.tenant,
             Arc::new(move |v: &Value| {
-                enqueue_host(&q, kind, v);
+                enqueue_host(&q, &tenant_name, kind, v);
                 if kind == Kind::Pod {
                     for k in users.naming(v) {
                         q.push(k);
@@ -189,6 +225,8 @@ pub async fn run(
         host_caches,
         strays: migrate::Strays::default(),
         queue: queue.clone(),
+        token_refresh: options.token_refresh_fraction,
+        token_failures: tokens::Failures::default(),
     });
     let work = work(ctx, queue);
     tokio::select! {
@@ -257,7 +295,7 @@ fn resync_all(ctx: &reconcile::Context, queue: &Queue) {
     for (kind, cache) in &ctx.host_caches {
         if *kind != Kind::Event {
             for v in cache.list() {
-                enqueue_host(queue, *kind, &v);
+                enqueue_host(queue, &ctx.tenant, *kind, &v);
             }
         }
     }
@@ -286,12 +324,19 @@ fn enqueue_tenant(queue: &Queue, kind: Kind, v: &Value) {
     }
 }
 
-fn enqueue_host(queue: &Queue, kind: Kind, v: &Value) {
+fn enqueue_host(queue: &Queue, tenant: &str, kind: Kind, v: &Value) {
     let (ns, name) = cache::key_of(v);
     match kind {
         Kind::Node => queue.push(key(Kind::Node, "", &name)),
         Kind::Event => queue.push(key(Kind::Event, &ns, &name)),
         _ => {
+            // A pod's token Secret changing (or going) is its pod's business.
+            if kind == Kind::Secret {
+                if let Some((ns, pod)) = tokens::token_pod(v, tenant) {
+                    queue.push(key(Kind::Pod, &ns, &pod));
+                    return;
+                }
+            }
             if let Some(o) = naming::origin(v) {
                 queue.push(key(kind, &o.namespace, &o.name));
             }

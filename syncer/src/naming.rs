@@ -17,6 +17,22 @@ pub use fabrik_api::naming::{
     fnv1a, host_name, host_namespace, legacy_host_name, tenant_of_namespace, MAX_NAME,
 };
 
+/// The suffix of a host pod's token Secret name.
+pub const TOKEN_SECRET_SUFFIX: &str = "-token";
+
+/// The host Secret holding the service-account tokens of host pod `host_pod`:
+/// `<host pod name>-token`.
+///
+/// Injective, and never the name of a host copy (current or earlier scheme), because host pod
+/// names are injective and a fixed suffix keeps them apart, and a copy's name is either readable,
+/// ending in `-x-<tenant>`, or hashed, ending in hex digits: `-token` is neither. (A readable
+/// copy name ending in `-token` would need `-x-<tenant>` to be a suffix of `<tenant>-token`,
+/// which gives that string period 6 and puts the `x` of `-x-` into `-token`.) At most
+/// 63 + 6 characters, well within a Secret name's 253.
+pub fn token_secret_name(host_pod: &str) -> String {
+    format!("{host_pod}{TOKEN_SECRET_SUFFIX}")
+}
+
 /// Where a host object came from, read back from its labels and annotations.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Origin {
@@ -141,6 +157,35 @@ mod tests {
         );
         assert!(is_copy_of(&host, "a", "default", "web"));
         assert!(!is_copy_of(&host, "b", "default", "web"));
+    }
+
+    #[test]
+    fn token_secret_names_never_meet_copy_names() {
+        let names = ["web", "a-token", "token", "x", "web-token", "a-x-token"];
+        let namespaces = ["default", "token", "x-token", "a-x-b", "ns-token"];
+        let tenants = ["a", "token", "t-token", "x-token"];
+        let mut copies = std::collections::HashSet::new();
+        let mut tokens = std::collections::HashSet::new();
+        for t in tenants {
+            for ns in namespaces {
+                for n in names {
+                    for long in [false, true] {
+                        let n = if long { n.repeat(12) } else { n.to_string() };
+                        let copy = host_name(&n, ns, t);
+                        copies.insert((t, copy.clone()));
+                        copies.insert((t, legacy_host_name(&n, ns, t)));
+                        assert!(tokens.insert((t, token_secret_name(&copy))));
+                    }
+                }
+            }
+        }
+        for (t, token) in &tokens {
+            assert!(
+                !copies.contains(&(*t, token.clone())),
+                "{token} is a copy's name"
+            );
+            assert!(token.len() <= 253);
+        }
     }
 
     #[test]

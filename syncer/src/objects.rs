@@ -2,7 +2,8 @@
 //!
 //! Data is copied as is. Secret types that make the host act on a Secret (service account
 //! tokens above all: the host's token controller would fill or delete them) become `Opaque`;
-//! the token stays in `data.token`, which is what a rewritten projected token volume mounts.
+//! the token stays in `data.token`, for a pod that mounts such a Secret itself (projected token
+//! sources get tokens the tenant issues instead: [`crate::tokens`]).
 //! PVCs keep what asks for storage (access modes, size, class, volume mode) and lose what would
 //! reach a host volume directly (`volumeName`, `selector`); a `dataSource` may only name another
 //! PVC of the same tenant namespace.

@@ -5,9 +5,15 @@
 //! API's `metadata.name` / `namespace` / `uid` and `spec.serviceAccountName` are pointed at the
 //! host pod's origin annotations (so the container still sees its tenant identity); the pool's
 //! node selector, tolerations and runtimeClass are injected; GPU requests are mapped by sharing
-//! mode; privileged settings pass only where the policy allows them. A projected service
-//! account token becomes the tenant's `kubernetes.io/service-account-token` Secret (copied to the
-//! host like any Secret), or is left out, with a log line, when the tenant has none.
+//! mode; privileged settings pass only where the policy allows them.
+//!
+//! A projected `serviceAccountToken` source becomes a `secret` source naming one key of the host
+//! pod's token Secret ([`naming::token_secret_name`]), which the syncer fills with a token the
+//! tenant API issues for the tenant pod (see [`crate::tokens`]); the source is `optional`, so a
+//! pod whose token could not be had yet starts without it and gets it when it comes. When the
+//! policy names an [`ApiAddress`], every container gets the `kubernetes` Service's environment
+//! pointing there, before its own entries (which win, as upstream's container env wins over
+//! service env).
 //!
 //! Not carried over (documented limits): affinity and topology spread constraints (their label
 //! selectors would reach other tenants' pods), `nodeName`, `schedulerName`, `priority`,
@@ -25,7 +31,7 @@ use serde_json::{json, Map, Value};
 use crate::admission::BASELINE_CAPABILITIES;
 use crate::gpu;
 use crate::naming;
-use crate::policy::Policy;
+use crate::policy::{ApiAddress, Policy};
 
 /// Errors building a host pod.
 #[derive(Debug, thiserror::Error)]
@@ -46,9 +52,96 @@ pub struct PodContext<'a> {
     pub tenant: &'a str,
     /// The tenant's policy.
     pub policy: &'a Policy,
-    /// Name (in the tenant) of a `kubernetes.io/service-account-token` Secret of the pod's
-    /// service account, if there is one.
-    pub token_secret: Option<&'a str>,
+}
+
+/// Tokens are valid this long unless a source asks otherwise (upstream's default).
+pub const DEFAULT_TOKEN_SECONDS: i64 = 3600;
+/// The shortest token lifetime (upstream refuses shorter sources; here they are raised).
+pub const MIN_TOKEN_SECONDS: i64 = 600;
+/// The longest token lifetime a TokenRequest may ask for (upstream: 2^32 seconds).
+pub const MAX_TOKEN_SECONDS: i64 = 1 << 32;
+
+/// One projected `serviceAccountToken` source of a tenant pod: what to ask the tenant for and
+/// where the token goes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TokenSource {
+    /// Key of the token in the host pod's token Secret: `token-<volume>-<source>` (indices, so
+    /// always a valid key whatever the tenant named its volume).
+    pub key: String,
+    /// Path of the token file in the volume.
+    pub path: String,
+    /// The audience asked for; `None`: the tenant API's own.
+    pub audience: Option<String>,
+    /// Lifetime asked for, in seconds, within [`MIN_TOKEN_SECONDS`] and [`MAX_TOKEN_SECONDS`].
+    pub expiration_seconds: i64,
+}
+
+/// The projected `serviceAccountToken` sources of a tenant pod, in volume order.
+pub fn token_sources(pod: &Value) -> Vec<TokenSource> {
+    let mut out = Vec::new();
+    let volumes = pod["spec"]["volumes"].as_array().into_iter().flatten();
+    for (vi, v) in volumes.enumerate() {
+        let sources = v["projected"]["sources"].as_array().into_iter().flatten();
+        for (si, s) in sources.enumerate() {
+            if let Some(t) = token_source(vi, si, s) {
+                out.push(t);
+            }
+        }
+    }
+    out
+}
+
+/// The token source at volume `vi`, source `si`, if `s` is a `serviceAccountToken` source.
+fn token_source(vi: usize, si: usize, s: &Value) -> Option<TokenSource> {
+    let t = s["serviceAccountToken"].as_object()?;
+    let path = t
+        .get("path")
+        .and_then(Value::as_str)
+        .filter(|p| !p.is_empty())
+        .unwrap_or("token");
+    let audience = t
+        .get("audience")
+        .and_then(Value::as_str)
+        .filter(|a| !a.is_empty())
+        .map(str::to_string);
+    let expiration_seconds = t
+        .get("expirationSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(DEFAULT_TOKEN_SECONDS)
+        .clamp(MIN_TOKEN_SECONDS, MAX_TOKEN_SECONDS);
+    Some(TokenSource {
+        key: format!("token-{vi}-{si}"),
+        path: path.to_string(),
+        audience,
+        expiration_seconds,
+    })
+}
+
+/// Upstream's service environment of the `kubernetes` Service (port name `https`), pointing at
+/// `addr`: what a pod's containers get from the kubelet in a real cluster.
+pub fn api_service_env(addr: &ApiAddress) -> Vec<Value> {
+    let host = &addr.host;
+    let port = addr.port.to_string();
+    // As upstream's net.JoinHostPort: brackets around an IPv6 address.
+    let url = if host.contains(':') {
+        format!("tcp://[{host}]:{port}")
+    } else {
+        format!("tcp://{host}:{port}")
+    };
+    let prefix = format!("KUBERNETES_PORT_{port}_TCP");
+    [
+        ("KUBERNETES_SERVICE_HOST".to_string(), host.clone()),
+        ("KUBERNETES_SERVICE_PORT".to_string(), port.clone()),
+        ("KUBERNETES_SERVICE_PORT_HTTPS".to_string(), port.clone()),
+        ("KUBERNETES_PORT".to_string(), url.clone()),
+        (prefix.clone(), url),
+        (format!("{prefix}_PROTO"), "tcp".to_string()),
+        (format!("{prefix}_PORT"), port),
+        (format!("{prefix}_ADDR"), host.clone()),
+    ]
+    .into_iter()
+    .map(|(name, value)| json!({"name": name, "value": value}))
+    .collect()
 }
 
 /// Builds the host pod for a tenant pod.
@@ -66,10 +159,12 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     let mut extra = naming::tenant_annotations(pod);
     extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
     let metadata = naming::host_metadata(pod, ctx.tenant, naming::tenant_labels(pod), extra);
+    let host_name = metadata["name"].as_str().unwrap_or_default();
     let r = Rewriter {
         ns,
         tenant: ctx.tenant,
         policy: ctx.policy,
+        token_secret: naming::token_secret_name(host_name),
     };
 
     let mut out = Map::new();
@@ -99,7 +194,8 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     if let Some(vols) = spec["volumes"].as_array() {
         let built: Vec<Value> = vols
             .iter()
-            .map(|v| r.volume(v, name, ctx.token_secret))
+            .enumerate()
+            .map(|(i, v)| r.volume(v, i, name))
             .collect();
         out.insert("volumes".into(), Value::Array(built));
     }
@@ -165,6 +261,8 @@ struct Rewriter<'a> {
     ns: &'a str,
     tenant: &'a str,
     policy: &'a Policy,
+    /// The host pod's token Secret.
+    token_secret: String,
 }
 
 impl Rewriter<'_> {
@@ -207,8 +305,20 @@ impl Rewriter<'_> {
                 .collect();
             out.insert("ports".into(), Value::Array(ports));
         }
-        if let Some(env) = c["env"].as_array() {
-            let env: Vec<Value> = env.iter().map(|e| self.env(e)).collect();
+        // The service env first: an entry of the container's own of the same name comes later
+        // and wins, as upstream's container env wins over service env.
+        let mut env: Vec<Value> = match &self.policy.api_address {
+            Some(addr) => api_service_env(addr),
+            None => Vec::new(),
+        };
+        env.extend(
+            c["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| self.env(e)),
+        );
+        if !env.is_empty() || c["env"].is_array() {
             out.insert("env".into(), Value::Array(env));
         }
         if let Some(from) = c["envFrom"].as_array() {
@@ -394,7 +504,7 @@ impl Rewriter<'_> {
         Value::Object(o)
     }
 
-    fn volume(&self, v: &Value, pod: &str, token_secret: Option<&str>) -> Value {
+    fn volume(&self, v: &Value, index: usize, pod: &str) -> Value {
         let name = v["name"].clone();
         if v["emptyDir"].is_object() {
             return json!({"name": name, "emptyDir": v["emptyDir"]});
@@ -421,7 +531,7 @@ impl Rewriter<'_> {
             return json!({"name": name, "downwardAPI": d});
         }
         if v["projected"].is_object() {
-            return json!({"name": name, "projected": self.projected(&v["projected"], pod, token_secret)});
+            return json!({"name": name, "projected": self.projected(&v["projected"], index)});
         }
         if v["ephemeral"].is_object() {
             let t = &v["ephemeral"]["volumeClaimTemplate"];
@@ -436,9 +546,9 @@ impl Rewriter<'_> {
         json!({"name": name, "emptyDir": {}})
     }
 
-    fn projected(&self, p: &Value, pod: &str, token_secret: Option<&str>) -> Value {
+    fn projected(&self, p: &Value, volume: usize) -> Value {
         let mut sources = Vec::new();
-        for s in p["sources"].as_array().into_iter().flatten() {
+        for (i, s) in p["sources"].as_array().into_iter().flatten().enumerate() {
             if s["configMap"].is_object() {
                 let mut cm = s["configMap"].clone();
                 cm["name"] = json!(self.name(cm["name"].as_str().unwrap_or("")));
@@ -451,20 +561,13 @@ impl Rewriter<'_> {
                 let mut d = s["downwardAPI"].clone();
                 rewrite_downward_items(&mut d["items"]);
                 sources.push(json!({"downwardAPI": d}));
-            } else if s["serviceAccountToken"].is_object() {
-                let path = s["serviceAccountToken"]["path"].as_str().unwrap_or("token");
-                match token_secret {
-                    Some(secret) => sources.push(json!({"secret": {
-                        "name": self.name(secret),
-                        "items": [{"key": "token", "path": path}]}})),
-                    None => tracing::info!(
-                        tenant = self.tenant,
-                        namespace = self.ns,
-                        pod,
-                        "no service-account-token Secret for the pod's service account; \
-                         the projected token is left out of the host pod"
-                    ),
-                }
+            } else if let Some(t) = token_source(volume, i, s) {
+                // Optional: the pod starts without a token the tenant has not (yet) issued, and
+                // the kubelet puts it in place when the syncer writes it.
+                sources.push(json!({"secret": {
+                    "name": self.token_secret,
+                    "items": [{"key": t.key, "path": t.path}],
+                    "optional": true}}));
             }
         }
         let mut out = json!({"sources": sources});
@@ -632,12 +735,11 @@ mod tests {
         }
     }
 
-    fn build(pod: &Value, token: Option<&str>) -> Value {
+    fn build(pod: &Value) -> Value {
         let p = policy();
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
-            token_secret: token,
         };
         host_pod(pod, &ctx).expect("build")
     }
@@ -685,7 +787,7 @@ mod tests {
 
     #[test]
     fn names_labels_and_annotations() {
-        let h = build(&hostile(), None);
+        let h = build(&hostile());
         let m = &h["metadata"];
         assert_eq!(m["name"], "web-1-x-prod-x-a");
         assert_eq!(m["namespace"], "fabrik-a");
@@ -708,7 +810,7 @@ mod tests {
 
     #[test]
     fn hostile_fields_never_reach_the_host() {
-        let h = build(&hostile(), None);
+        let h = build(&hostile());
         let s = &h["spec"];
         for f in [
             "nodeName",
@@ -755,7 +857,7 @@ mod tests {
 
     #[test]
     fn references_are_rewritten() {
-        let h = build(&hostile(), Some("builder-token"));
+        let h = build(&hostile());
         let s = &h["spec"];
         let c = &s["containers"][0];
         assert_eq!(c["env"][0], json!({"name": "A", "value": "1"}));
@@ -791,7 +893,8 @@ mod tests {
         let sources = &s["volumes"][5]["projected"]["sources"];
         assert_eq!(
             sources[0],
-            json!({"secret": {"name": "builder-token-x-prod-x-a", "items": [{"key": "token", "path": "token"}]}})
+            json!({"secret": {"name": "web-1-x-prod-x-a-token", "optional": true,
+                "items": [{"key": "token-5-0", "path": "token"}]}})
         );
         assert_eq!(
             sources[1]["configMap"]["name"],
@@ -803,13 +906,145 @@ mod tests {
         );
     }
 
+    /// A pod with two token volumes, each with its own audience, path and lifetime.
+    fn two_tokens() -> Value {
+        json!({"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"containers": [{"name": "c", "image": "x"}],
+                "volumes": [
+                    {"name": "plain", "emptyDir": {}},
+                    {"name": "kube-api-access-abcde", "projected": {"defaultMode": 420, "sources": [
+                        {"serviceAccountToken": {"path": "token", "expirationSeconds": 3607}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]}},
+                    {"name": "vault", "projected": {"sources": [
+                        {"downwardAPI": {"items": [{"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                        {"serviceAccountToken": {"path": "vault/token", "audience": "vault",
+                            "expirationSeconds": 60}}]}}]}})
+    }
+
     #[test]
-    fn a_missing_token_is_left_out() {
-        let h = build(&hostile(), None);
-        let sources = h["spec"]["volumes"][5]["projected"]["sources"]
+    fn token_sources_become_keys_of_the_pods_token_secret() {
+        let h = build(&two_tokens());
+        assert_eq!(h["metadata"]["name"], "p-x-ns-x-a");
+        let vols = &h["spec"]["volumes"];
+        assert_eq!(
+            vols[1]["projected"],
+            json!({"defaultMode": 420, "sources": [
+                {"secret": {"name": "p-x-ns-x-a-token", "optional": true,
+                    "items": [{"key": "token-1-0", "path": "token"}]}},
+                {"configMap": {"name": "kube-root-ca.crt-x-ns-x-a", "items": [{"key": "ca.crt", "path": "ca.crt"}]}}]})
+        );
+        assert_eq!(
+            vols[2]["projected"]["sources"][1],
+            json!({"secret": {"name": "p-x-ns-x-a-token", "optional": true,
+                "items": [{"key": "token-2-1", "path": "vault/token"}]}})
+        );
+        assert!(!h.to_string().contains("serviceAccountToken"));
+        // What the syncer asks the tenant for: the same keys, the audience, at least 600 s.
+        assert_eq!(
+            token_sources(&two_tokens()),
+            vec![
+                TokenSource {
+                    key: "token-1-0".into(),
+                    path: "token".into(),
+                    audience: None,
+                    expiration_seconds: 3607,
+                },
+                TokenSource {
+                    key: "token-2-1".into(),
+                    path: "vault/token".into(),
+                    audience: Some("vault".into()),
+                    expiration_seconds: MIN_TOKEN_SECONDS,
+                },
+            ]
+        );
+        let mut bare = two_tokens();
+        bare["spec"]["volumes"][1]["projected"]["sources"][0] = json!({"serviceAccountToken": {}});
+        let t = &token_sources(&bare)[0];
+        assert_eq!((t.path.as_str(), t.expiration_seconds), ("token", 3600));
+        // A hostile lifetime stays within upstream's bounds.
+        bare["spec"]["volumes"][1]["projected"]["sources"][0] =
+            json!({"serviceAccountToken": {"expirationSeconds": i64::MAX}});
+        assert_eq!(
+            token_sources(&bare)[0].expiration_seconds,
+            MAX_TOKEN_SECONDS
+        );
+    }
+
+    #[test]
+    fn service_env_comes_first_and_the_containers_own_wins() {
+        let p = Policy {
+            api_address: Some(ApiAddress {
+                host: "10.96.0.10".into(),
+                port: 6443,
+            }),
+            ..policy()
+        };
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+        };
+        let mut pod = two_tokens();
+        pod["spec"]["initContainers"] = json!([{"name": "init", "image": "x"}]);
+        pod["spec"]["containers"][0]["env"] = json!([
+            {"name": "A", "value": "1"},
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "mine"}]);
+        let h = host_pod(&pod, &ctx).expect("build");
+        let want_service = json!([
+            {"name": "KUBERNETES_SERVICE_HOST", "value": "10.96.0.10"},
+            {"name": "KUBERNETES_SERVICE_PORT", "value": "6443"},
+            {"name": "KUBERNETES_SERVICE_PORT_HTTPS", "value": "6443"},
+            {"name": "KUBERNETES_PORT", "value": "tcp://10.96.0.10:6443"},
+            {"name": "KUBERNETES_PORT_6443_TCP", "value": "tcp://10.96.0.10:6443"},
+            {"name": "KUBERNETES_PORT_6443_TCP_PROTO", "value": "tcp"},
+            {"name": "KUBERNETES_PORT_6443_TCP_PORT", "value": "6443"},
+            {"name": "KUBERNETES_PORT_6443_TCP_ADDR", "value": "10.96.0.10"}]);
+        let env = h["spec"]["containers"][0]["env"]
             .as_array()
-            .map(Vec::len);
-        assert_eq!(sources, Some(2));
+            .cloned()
+            .unwrap_or_default();
+        assert_eq!(env.len(), 10, "{env:?}");
+        assert_eq!(Value::Array(env[..8].to_vec()), want_service);
+        assert_eq!(
+            env[8..],
+            [
+                json!({"name": "A", "value": "1"}),
+                json!({"name": "KUBERNETES_SERVICE_HOST", "value": "mine"})
+            ]
+        );
+        // Last one of a name wins (the kubelet's rule): the container's own.
+        let last = env
+            .iter()
+            .rev()
+            .find(|e| e["name"] == "KUBERNETES_SERVICE_HOST");
+        assert_eq!(last.map(|e| &e["value"]), Some(&json!("mine")));
+        assert_eq!(h["spec"]["initContainers"][0]["env"], want_service);
+        assert_eq!(h["spec"]["enableServiceLinks"], false);
+        // IPv6 addresses in brackets, as upstream.
+        let v6 = api_service_env(&ApiAddress {
+            host: "fd00::1".into(),
+            port: 443,
+        });
+        assert_eq!(
+            v6[3],
+            json!({"name": "KUBERNETES_PORT", "value": "tcp://[fd00::1]:443"})
+        );
+        assert_eq!(
+            v6[7],
+            json!({"name": "KUBERNETES_PORT_443_TCP_ADDR", "value": "fd00::1"})
+        );
+    }
+
+    #[test]
+    fn no_service_env_without_an_api_address() {
+        let mut pod = two_tokens();
+        pod["spec"]["containers"][0]["env"] = json!([{"name": "A", "value": "1"}]);
+        let h = build(&pod);
+        assert_eq!(
+            h["spec"]["containers"][0]["env"],
+            json!([{"name": "A", "value": "1"}])
+        );
+        let h = build(&two_tokens());
+        assert!(h["spec"]["containers"][0].get("env").is_none());
     }
 
     #[test]
@@ -824,7 +1059,6 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
-            token_secret: None,
         };
         let h = host_pod(&hostile(), &ctx).expect("build");
         let s = &h["spec"];
@@ -845,7 +1079,6 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
-            token_secret: None,
         };
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c", "image": "x"}]}});
@@ -864,7 +1097,6 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
-            token_secret: Some("tok"),
         };
         // (pointer into the hostile pod, value)
         let table: &[(&str, Value)] = &[

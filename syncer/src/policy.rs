@@ -58,6 +58,22 @@ pub struct Policy {
     /// DNS names `ExternalName` Services may point at (none by default); `*.example.com`
     /// allows every name under `example.com`.
     pub external_names: Vec<String>,
+    /// Where the tenant's pods reach their tenant API. When set, every host container gets the
+    /// `kubernetes` Service's environment (`KUBERNETES_SERVICE_HOST`, ...) pointing here; when
+    /// not, host containers see whatever the host's kubelet gives them.
+    pub api_address: Option<ApiAddress>,
+}
+
+/// The address tenant pods reach their tenant API at: a host Service in front of the Fabrik
+/// server. Requests there carry no `/clusters/<tenant>` prefix; the server routes them by the
+/// issuer of their bearer token (the tenant's service-account issuer), so a pod holding a token
+/// of its tenant reaches its tenant's API.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ApiAddress {
+    /// Host name or IP address (an IPv6 address without brackets).
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
 }
 
 impl Policy {

@@ -13,7 +13,7 @@ use crate::kinds::Kind;
 use crate::migrate::Strays;
 use crate::policy::Policy;
 use crate::queue::{Key, Queue};
-use crate::{addresses, events, ingresses, naming, nodes, objects, pods, services};
+use crate::{addresses, events, ingresses, naming, nodes, objects, pods, services, tokens};
 
 /// Errors of one reconcile step (the step is retried).
 #[derive(Debug, thiserror::Error)]
@@ -67,8 +67,13 @@ pub struct Context {
     pub host_caches: HashMap<Kind, Arc<Cache>>,
     /// Host objects named by an earlier naming scheme, being migrated.
     pub strays: Strays,
-    /// The work queue (to look at stray objects again when the last stray pod goes).
+    /// The work queue (to look at stray objects again when the last stray pod goes, and to
+    /// look at pods again when their tokens are due).
     pub queue: Arc<Queue>,
+    /// The share of a token's lifetime after which it is refreshed.
+    pub token_refresh: f64,
+    /// Failed TokenRequests, for backoff and reporting once.
+    pub token_failures: tokens::Failures,
 }
 
 fn is_gone(e: &kube::Error) -> bool {
@@ -342,6 +347,25 @@ async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), 
         return Ok(());
     };
     let uid = obj["metadata"]["uid"].as_str().unwrap_or("");
+    if report(ctx, kind, ns, name, uid, reason, &message).await? {
+        tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message,
+            "not copied to the host");
+    }
+    Ok(())
+}
+
+/// Writes a Warning Event about tenant object `ns/name` (UID `uid`) once: its name is derived
+/// from the UID, the reason and the message, so that retries, resyncs and restarts do not repeat
+/// it. Returns whether it was written now (not before).
+async fn report(
+    ctx: &Context,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+    uid: &str,
+    reason: &str,
+    message: &str,
+) -> Result<bool, Error> {
     // At most 200 + 17 characters: an Event name is a DNS subdomain (253).
     let prefix: String = name.chars().take(200).collect();
     let ename = format!(
@@ -360,21 +384,16 @@ async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), 
         "firstTimestamp": now, "lastTimestamp": now,
         "source": {"component": "fabrik-syncer"}});
     let Ok(data) = serde_json::from_value::<DynamicObject>(event) else {
-        return Ok(());
+        return Ok(false);
     };
     match ctx
         .tenant_api(Kind::Event, ns)
         .create(&PostParams::default(), &data)
         .await
     {
-        // Logged once per distinct refusal, as the Event is written once.
-        Ok(_) => {
-            tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message,
-                "not copied to the host");
-            Ok(())
-        }
+        Ok(_) => Ok(true),
         // Reported already.
-        Err(e) if is_conflict(&e) => Ok(()),
+        Err(e) if is_conflict(&e) => Ok(false),
         Err(source) => Err(Error::Tenant {
             verb: "create",
             kind: Kind::Event,
@@ -503,19 +522,6 @@ fn stray_pod(ctx: &Context, hc: &Cache, ns: &str, name: &str) -> Option<String> 
     found
 }
 
-/// The tenant Secret holding a token of `service_account` in `ns`, if any (the first by name).
-fn token_secret(ctx: &Context, ns: &str, service_account: &str) -> Option<String> {
-    let secrets = ctx.tcache(Kind::Secret)?.list();
-    let mut names: Vec<String> = secrets
-        .iter()
-        .filter(|s| s["metadata"]["namespace"].as_str() == Some(ns))
-        .filter(|s| objects::token_service_account(s) == Some(service_account))
-        .filter_map(|s| s["metadata"]["name"].as_str().map(str::to_string))
-        .collect();
-    names.sort();
-    names.into_iter().next()
-}
-
 fn phase(obj: &Value) -> &str {
     obj["status"]["phase"].as_str().unwrap_or("")
 }
@@ -535,10 +541,13 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
     }
     let Some(tpod) = tc.get(ns, name) else {
+        ctx.token_failures.clear(ns, name);
         if host.is_some() {
-            return ctx.host_delete(Kind::Pod, &hname, None).await;
+            ctx.host_delete(Kind::Pod, &hname, None).await?;
         }
-        return Ok(());
+        // Owned by the host pod too (the host's garbage collector would remove it); deleted
+        // here so that nothing is left where the host collects no garbage or the pod never came.
+        return delete_token_secret(ctx, ns, name, &hname).await;
     };
     let uid = tpod["metadata"]["uid"].as_str().unwrap_or("");
     if let Some(h) = &host {
@@ -595,14 +604,9 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             );
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
-        let sa = tpod["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap_or("default");
-        let token = token_secret(ctx, ns, sa);
         let pctx = pods::PodContext {
             tenant: &ctx.tenant,
             policy: &ctx.policy,
-            token_secret: token.as_deref(),
         };
         let want = match pods::host_pod(&tpod, &pctx) {
             Ok(want) => want,
@@ -622,6 +626,16 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             }
             Err(e) => return Err(e.into()),
         };
+        // What the host pod mounts first, so that its kubelet finds it: the tokens and the
+        // tenant's root CA (which the `kube-api-access-*` volume projects).
+        let want_name = want["metadata"]["name"].as_str().unwrap_or(&hname);
+        let sources = pods::token_sources(&tpod);
+        if !sources.is_empty() {
+            ensure_tokens(ctx, &tpod, want_name, None, &sources).await?;
+        }
+        if mounts_config_map(&tpod, ROOT_CA_CONFIG_MAP) {
+            simple(ctx, Kind::ConfigMap, ns, ROOT_CA_CONFIG_MAP).await?;
+        }
         return ctx.host_create(Kind::Pod, &want).await;
     };
     // Up: binding, then status.
@@ -650,6 +664,210 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
     let status = pods::tenant_status(&h);
     if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
         ctx.tenant_status(Kind::Pod, ns, name, status).await?;
+    }
+    // Tokens: for host pods built to mount them, while they may still run.
+    let finished = matches!(phase(&h), "Succeeded" | "Failed");
+    if !finished && tokens::mounts_secret(&h, &naming::token_secret_name(&hname)) {
+        let sources = pods::token_sources(&tpod);
+        if !sources.is_empty() {
+            ensure_tokens(ctx, &tpod, &hname, Some(&h), &sources).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The ConfigMap upstream's root-CA publisher puts in every namespace, which the
+/// `kube-api-access-*` volume projects.
+pub const ROOT_CA_CONFIG_MAP: &str = "kube-root-ca.crt";
+
+/// Whether a tenant pod mounts ConfigMap `name` (as a volume or a projected source).
+fn mounts_config_map(pod: &Value, name: &str) -> bool {
+    let volumes = pod["spec"]["volumes"].as_array().into_iter().flatten();
+    volumes.into_iter().any(|v| {
+        v["configMap"]["name"].as_str() == Some(name)
+            || v["projected"]["sources"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["configMap"]["name"].as_str() == Some(name))
+    })
+}
+
+/// Deletes the token Secret of host pod `host_pod` when it holds tenant pod `ns/name`'s tokens.
+async fn delete_token_secret(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    host_pod: &str,
+) -> Result<(), Error> {
+    let secret = naming::token_secret_name(host_pod);
+    let ours = ctx
+        .hcache(Kind::Secret)
+        .and_then(|c| c.get(&ctx.host_namespace, &secret))
+        .and_then(|s| tokens::token_pod(&s, &ctx.tenant))
+        .is_some_and(|(sns, sname)| sns == ns && sname == name);
+    if ours {
+        ctx.host_delete(Kind::Secret, &secret, None).await?;
+    }
+    Ok(())
+}
+
+/// Asks the tenant for one token per source, bound to the tenant pod.
+async fn request_tokens(
+    ctx: &Context,
+    tpod: &Value,
+    service_account: &str,
+    sources: &[pods::TokenSource],
+) -> Result<Vec<tokens::Issued>, tokens::Error> {
+    if !tokens::valid_service_account(service_account) {
+        return Err(tokens::Error::ServiceAccountName(service_account.into()));
+    }
+    let meta = &tpod["metadata"];
+    let ns = meta["namespace"].as_str().unwrap_or("");
+    let name = meta["name"].as_str().unwrap_or("");
+    let uid = meta["uid"].as_str().unwrap_or("");
+    let api: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+        Api::namespaced(ctx.tenant_client.clone(), ns);
+    let mut issued = Vec::with_capacity(sources.len());
+    for source in sources {
+        let asked_at = tokens::now_ms();
+        let body = tokens::token_request(source, name, uid);
+        let answer: Value = api
+            .create_subresource("token", service_account, &PostParams::default(), &body)
+            .await
+            .map_err(|source| tokens::Error::Request {
+                service_account: service_account.into(),
+                source,
+            })?;
+        let token = tokens::read_answer(&answer, source, asked_at)
+            .ok_or_else(|| tokens::Error::NoToken(service_account.into()))?;
+        issued.push(token);
+    }
+    Ok(issued)
+}
+
+/// The reason of the Event about a pod whose tokens could not be had (the kubelet's, for a
+/// volume it cannot set up).
+pub const REASON_TOKEN_FAILED: &str = "FailedMount";
+
+/// Keeps the token Secret of host pod `host_pod` (which exists when `host` is given) holding
+/// fresh tokens of tenant pod `tpod`: asks the tenant when there are none for this pod and
+/// spec or they are due, adds the host pod as the Secret's owner once it exists, and looks at
+/// the pod again when they are next due. A refused TokenRequest is not an error of the step:
+/// the pod runs without the token, the request is retried with backoff, and the refusal is
+/// reported (log and tenant Event) once per distinct error.
+async fn ensure_tokens(
+    ctx: &Context,
+    tpod: &Value,
+    host_pod: &str,
+    host: Option<&Value>,
+    sources: &[pods::TokenSource],
+) -> Result<(), Error> {
+    let meta = &tpod["metadata"];
+    let (Some(ns), Some(name)) = (meta["namespace"].as_str(), meta["name"].as_str()) else {
+        return Ok(());
+    };
+    let uid = meta["uid"].as_str().unwrap_or("");
+    let key = Key {
+        kind: Kind::Pod,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+    };
+    let service_account = tpod["spec"]["serviceAccountName"]
+        .as_str()
+        .filter(|s| !s.is_empty())
+        .unwrap_or("default");
+    let spec = tokens::spec_hash(service_account, sources);
+    let secret_name = naming::token_secret_name(host_pod);
+    let existing = ctx
+        .hcache(Kind::Secret)
+        .and_then(|c| c.get(&ctx.host_namespace, &secret_name));
+    if let Some(e) = &existing {
+        if tokens::token_pod(e, &ctx.tenant) != Some((ns.to_string(), name.to_string())) {
+            tracing::warn!(tenant = %ctx.tenant, %ns, %name, host = %secret_name,
+                "host token Secret name is taken by another object; tokens not written");
+            return Ok(());
+        }
+    }
+    let owner = host.and_then(|h| h["metadata"]["uid"].as_str());
+    let fresh = existing.as_deref().and_then(|e| {
+        tokens::current_refresh_at(e, uid, &spec)
+            .filter(|at| *at > tokens::now_ms())
+            .map(|at| (e, at))
+    });
+    if let Some((e, at)) = fresh {
+        if let Some(owner) = owner.filter(|o| !tokens::owned_by(e, o)) {
+            let patch = json!({"metadata": {
+                "ownerReferences": [tokens::owner_reference(host_pod, owner)]}});
+            match ctx
+                .host_api(Kind::Secret)
+                .patch(&secret_name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_gone(&e) => {}
+                Err(source) => {
+                    return Err(Error::Host {
+                        verb: "update",
+                        kind: Kind::Secret,
+                        name: secret_name,
+                        source,
+                    })
+                }
+            }
+        }
+        ctx.queue.push_after(key, tokens::until(at));
+        return Ok(());
+    }
+    if let Some(wait) = ctx.token_failures.wait(ns, name, uid) {
+        ctx.queue.push_after(key, wait);
+        return Ok(());
+    }
+    let issued_at = tokens::now_ms();
+    match request_tokens(ctx, tpod, service_account, sources).await {
+        Ok(issued) => {
+            ctx.token_failures.clear(ns, name);
+            let refresh_at = tokens::refresh_at_ms(issued_at, &issued, ctx.token_refresh);
+            let f = tokens::SecretFor {
+                tenant: &ctx.tenant,
+                namespace: ns,
+                pod: name,
+                pod_uid: uid,
+                spec: &spec,
+                host_pod,
+                host_pod_uid: owner,
+            };
+            let mut secret = tokens::host_secret(&f, &issued, refresh_at);
+            match &existing {
+                Some(e) => {
+                    secret["metadata"]["resourceVersion"] =
+                        e["metadata"]["resourceVersion"].clone();
+                    ctx.host_replace(Kind::Secret, &secret).await?;
+                }
+                None => ctx.host_create(Kind::Secret, &secret).await?,
+            }
+            tracing::debug!(tenant = %ctx.tenant, %ns, %name, host = %secret_name,
+                tokens = issued.len(), "service account tokens written");
+            ctx.queue.push_after(key, tokens::until(refresh_at));
+        }
+        Err(e) => {
+            let message = format!(
+                "no service account token for the pod (its host pod runs without it; \
+                 retried): {e}"
+            );
+            let (wait, changed) = ctx.token_failures.failed(ns, name, uid, &message);
+            if changed {
+                tracing::warn!(tenant = %ctx.tenant, %ns, %name, error = %e,
+                    retry_in = ?wait, "TokenRequest failed; the host pod runs without the token");
+                if let Err(e) =
+                    report(ctx, Kind::Pod, ns, name, uid, REASON_TOKEN_FAILED, &message).await
+                {
+                    tracing::warn!(tenant = %ctx.tenant, %ns, %name, error = %e,
+                        "the Event about a failed TokenRequest was not written");
+                }
+            }
+            ctx.queue.push_after(key, wait);
+        }
     }
     Ok(())
 }
