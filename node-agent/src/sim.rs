@@ -1,9 +1,10 @@
-//! Simulated GPU nodes for `fabrik up`: for each node, the agent's reconcilers over the
-//! simulated backend ([`crate::agent`]) and a kubelet stand-in ([`crate::kubelet`]); and one
-//! GPU-aware scheduler ([`crate::scheduler`]) for the whole embedded host, and one publisher
-//! of the nodes' GPU-second counters ([`crate::metering::publish`]). All run as tasks of
+//! Simulated GPU nodes for `fabrik up` and `fabrik nodes`: for each node, the agent's
+//! reconcilers over the simulated backend ([`crate::agent`]) and a kubelet stand-in
+//! ([`crate::kubelet`]); unless [`Config::scheduler`] is off (a host with its own
+//! kube-scheduler), one GPU-aware scheduler ([`crate::scheduler`]) for the whole host; and one
+//! publisher of the nodes' GPU-second counters ([`crate::metering::publish`]). All run as tasks of
 //! the calling process over the `kube::Client` it passes (in `fabrik up`, the in-process
-//! client), until its shutdown future completes.
+//! client; in `fabrik nodes`, a client for any host), until its shutdown future completes.
 //!
 //! Node `i` is named `gpu-node-<i>`; its files (the generated simulation file, the agent's
 //! state, simulated MIG state, and `sim-inject.yaml` for faults on demand) live in
@@ -96,6 +97,9 @@ pub struct Config {
     pub agent_interval: Duration,
     /// Time between kubelet passes.
     pub kubelet_interval: Duration,
+    /// Whether to run Fabrik's GPU scheduler, which binds the host's pending pods. Off on a
+    /// host whose own kube-scheduler binds them (two schedulers would race for every pod).
+    pub scheduler: bool,
     /// Time between scheduling rounds.
     pub scheduler_interval: Duration,
     /// Simulated GPU utilization for metering (0..=1).
@@ -115,6 +119,7 @@ impl Config {
             state_dir,
             agent_interval: Duration::from_secs(2),
             kubelet_interval: Duration::from_millis(200),
+            scheduler: true,
             scheduler_interval: Duration::from_millis(200),
             utilization: 0.6,
             usage_publish_interval: publish::DEFAULT_INTERVAL,
@@ -164,7 +169,8 @@ fn io(path: &std::path::Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
     }
 }
 
-/// Starts the nodes and the scheduler; they stop when `shutdown` completes.
+/// Starts the nodes and (with [`Config::scheduler`]) the scheduler; they stop when `shutdown`
+/// completes.
 pub fn start(
     client: Client,
     config: Config,
@@ -244,7 +250,7 @@ pub fn start(
         );
         tasks.push(tokio::spawn(publisher.run(stopped())));
     }
-    if config.nodes > 0 {
+    if config.nodes > 0 && config.scheduler {
         tasks.push(tokio::spawn(scheduler::run(
             client,
             scheduler::Config {

@@ -23,10 +23,19 @@ pub async fn publish(
 ) -> Result<bool> {
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     let slice_name = name(node);
-    let existing = slices
-        .get_opt(&slice_name)
-        .await
-        .map_err(api("reading the ResourceSlice"))?;
+    let existing = match slices.get_opt(&slice_name).await {
+        Ok(existing) => existing,
+        // A host that does not serve `resource.k8s.io/v1` (Kubernetes before 1.34) answers
+        // 404 without a NotFound Status: no DRA there; the Node's extended resources remain.
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            tracing::debug!(
+                node,
+                "the host does not serve resource.k8s.io/v1 ResourceSlices"
+            );
+            return Ok(false);
+        }
+        Err(e) => return Err(api("reading the ResourceSlice")(e)),
+    };
     let current_devices = existing
         .as_ref()
         .and_then(|s| s.spec.devices.clone())

@@ -4,12 +4,16 @@
 //! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
 //! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods.
 //!
+//! It renews the node's Lease in `kube-node-lease` ([`lease`]), the heartbeat a real host's node
+//! lifecycle controller needs to keep the node `Ready`.
+//!
 //! Nothing is executed: containers are simulated. [`exec`] answers a few commands over the
 //! kubelet's stream protocol; serving `logs` is the API server's (from [`logs`]).
 //! It polls the pods of its node every `interval`.
 
 pub mod exec;
 pub mod ips;
+pub mod lease;
 pub mod lifecycle;
 pub mod logs;
 pub mod node;
@@ -83,6 +87,9 @@ pub struct Kubelet {
     /// Pods started, by UID: their namespace/name and IP.
     started: BTreeMap<String, (String, String, String)>,
     checked: Option<Instant>,
+    /// The Node's UID, once read (the owner of its Lease).
+    node_uid: Option<String>,
+    renewed: Option<Instant>,
 }
 
 impl Kubelet {
@@ -97,6 +104,8 @@ impl Kubelet {
             ips,
             started: BTreeMap::new(),
             checked: None,
+            node_uid: None,
+            renewed: None,
         }
     }
 
@@ -121,6 +130,11 @@ impl Kubelet {
 
     /// Registers the Node or repairs what the kubelet owns on it.
     pub async fn register(&self) -> Result<()> {
+        self.ensure_registered().await.map(|_| ())
+    }
+
+    /// [`Kubelet::register`], returning the Node's UID.
+    async fn ensure_registered(&self) -> Result<Option<String>> {
         let shape = &self.config.shape;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let now = serde_json::to_value(Time(Timestamp::now()))?;
@@ -145,6 +159,7 @@ impl Kubelet {
                 }
             }
         };
+        let uid = node.metadata.uid.clone();
         let labels = node.metadata.labels.clone().unwrap_or_default();
         let want = node::labels(shape);
         let missing = want.as_object().is_some_and(|m| {
@@ -179,7 +194,7 @@ impl Kubelet {
                 .map_err(api("publishing the node status"))?;
             tracing::info!(node = %shape.name, "registered (Ready)");
         }
-        Ok(())
+        Ok(uid)
     }
 
     /// One pass: registration when due, then every pod of the node.
@@ -188,8 +203,26 @@ impl Kubelet {
             .checked
             .is_none_or(|t| t.elapsed() >= REGISTRATION_CHECK)
         {
-            self.register().await?;
+            self.node_uid = self.ensure_registered().await?;
             self.checked = Some(Instant::now());
+        }
+        if self
+            .renewed
+            .is_none_or(|t| t.elapsed() >= lease::RENEW_INTERVAL)
+        {
+            // A failed renewal is retried on the next pass; the pods are handled regardless.
+            match lease::renew(
+                &self.client,
+                &self.config.shape.name,
+                self.node_uid.as_deref(),
+            )
+            .await
+            {
+                Ok(()) => self.renewed = Some(Instant::now()),
+                Err(e) => {
+                    tracing::warn!(node = %self.config.shape.name, error = %e, "lease renewal failed")
+                }
+            }
         }
         let name = self.config.shape.name.clone();
         let pods: Api<Pod> = Api::all(self.client.clone());
