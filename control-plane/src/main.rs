@@ -7,6 +7,7 @@ mod authn;
 mod control_plane;
 mod keyspaces;
 mod login;
+mod nodes;
 mod pod_streams;
 mod serve;
 mod shards;
@@ -40,6 +41,8 @@ enum Command {
     Up(up::UpArgs),
     /// Run the control plane against a real host cluster: tenants only, at /clusters/<name>.
     Serve(Box<serve::ServeArgs>),
+    /// Run simulated GPU nodes (kubelet stand-in and node agent) against any host cluster.
+    Nodes(nodes::NodesArgs),
     /// Create, list, inspect and delete tenants.
     Tenant(tenants::cli::TenantArgs),
     /// Log in with OIDC: a kubectl exec credential plugin that prints an ExecCredential.
@@ -63,6 +66,7 @@ fn main() -> Result<()> {
     match cli.command {
         Command::Up(args) => runtime.block_on(up::run(args)),
         Command::Serve(args) => runtime.block_on(serve::run(*args)),
+        Command::Nodes(args) => runtime.block_on(nodes::run(args)),
         Command::Tenant(args) => {
             let _ = rustls::crypto::ring::default_provider().install_default();
             runtime.block_on(tenants::cli::run(args))
