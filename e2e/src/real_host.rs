@@ -1,6 +1,9 @@
 //! A real Kubernetes control plane for end-to-end tests: etcd, kube-apiserver,
-//! kube-controller-manager and kube-scheduler on loopback ports, with certificates made here,
-//! their state and logs in a temporary directory; stopped by their PIDs when dropped.
+//! kube-controller-manager and kube-scheduler on loopback ports, their state and logs in a
+//! temporary directory; stopped by their PIDs when dropped. The certificates are made here: the
+//! cluster CA, the serving certificate, client certificates for an admin (`system:masters`), the
+//! controller manager and the scheduler, the service-account key pair, and a front-proxy CA and
+//! client for aggregation.
 //!
 //! There is no kubelet and no container runtime: tests register Fabrik's simulated GPU nodes
 //! (`fabrik nodes`) into it, as KWOK does, so that the real scheduler binds pods and the
@@ -157,12 +160,14 @@ struct Pki {
     scheduler: (String, String),
     service_account_key: String,
     service_account_pub: String,
+    front_proxy_ca: String,
+    front_proxy_client: (String, String),
 }
 
-fn ca() -> Result<(String, String, Issuer<'static, KeyPair>)> {
+fn ca(name: &str) -> Result<(String, String, Issuer<'static, KeyPair>)> {
     let mut params = CertificateParams::new(Vec::<String>::new())?;
     let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "fabrik e2e real host CA");
+    dn.push(DnType::CommonName, name);
     params.distinguished_name = dn;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.key_usages = vec![
@@ -229,7 +234,10 @@ fn client(
 
 impl Pki {
     fn generate() -> Result<Pki> {
-        let (ca_cert, ca_key, issuer) = ca()?;
+        let (ca_cert, ca_key, issuer) = ca("fabrik e2e real host CA")?;
+        // Aggregation: the API server proxies with this client certificate, signed by a CA
+        // of its own.
+        let (front_proxy_ca, _, front_proxy) = ca("fabrik e2e real host front-proxy CA")?;
         // ECDSA P-256 (rcgen's default): the private key PKCS#8, the public key apart (kube
         // does not read it out of a PKCS#8 private key).
         let sa = KeyPair::generate()?;
@@ -240,6 +248,8 @@ impl Pki {
             scheduler: client(&issuer, "system:kube-scheduler", None)?,
             service_account_key: sa.serialize_pem(),
             service_account_pub: sa.public_key_pem(),
+            front_proxy_client: client(&front_proxy, "front-proxy-client", None)?,
+            front_proxy_ca,
             ca_cert,
             ca_key,
         })
@@ -329,6 +339,9 @@ impl RealHost {
         let tls_key = write("apiserver.key", &pki.serving.1)?;
         let sa = write("sa.key", &pki.service_account_key)?;
         let sa_pub = write("sa.pub", &pki.service_account_pub)?;
+        let proxy_ca = write("front-proxy-ca.crt", &pki.front_proxy_ca)?;
+        let proxy_cert = write("front-proxy-client.crt", &pki.front_proxy_client.0)?;
+        let proxy_key = write("front-proxy-client.key", &pki.front_proxy_client.1)?;
         write(
             "admin.kubeconfig",
             &cert_kubeconfig(&host.url, &pki.ca_cert, "admin", &pki.admin)?,
@@ -371,6 +384,13 @@ impl RealHost {
                 &format!("--service-account-signing-key-file={sa}"),
                 // A loopback advertise address is not a valid Endpoints IP.
                 "--endpoint-reconciler-type=none",
+                &format!("--requestheader-client-ca-file={proxy_ca}"),
+                "--requestheader-allowed-names=front-proxy-client",
+                "--requestheader-username-headers=X-Remote-User",
+                "--requestheader-group-headers=X-Remote-Group",
+                "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                &format!("--proxy-client-cert-file={proxy_cert}"),
+                &format!("--proxy-client-key-file={proxy_key}"),
                 &format!("--cert-dir={}", d.join("apiserver-certs").display()),
             ],
         )?;
@@ -511,9 +531,12 @@ impl RealHost {
             .unwrap_or_default()
     }
 
-    /// The process ids of the running components (etcd not included).
-    pub fn pids(&self) -> Vec<u32> {
-        self.components.iter().map(|c| c.child.id()).collect()
+    /// The names and process ids of the running components (etcd not included).
+    pub fn pids(&self) -> Vec<(&'static str, u32)> {
+        self.components
+            .iter()
+            .map(|c| (c.name, c.child.id()))
+            .collect()
     }
 }
 

@@ -1,0 +1,725 @@
+//! Fabrik on a real Kubernetes host: a real control plane (kube-apiserver, controller manager
+//! and scheduler v1.28 over etcd, see `e2e::real_host`), Fabrik's simulated GPU nodes
+//! registered into it with `fabrik nodes`, and `fabrik serve` running with exactly the rights
+//! the Helm chart gives it (its RBAC applied, a token of its ServiceAccount).
+//!
+//! One test, one host (it costs about 600 MiB), in steps that each print their name:
+//! 1. nodes: `fabrik nodes` registers two GPU nodes; they turn Ready and publish their GPUs;
+//! 2. least privilege: the chart's RBAC and CRD applied, `fabrik serve` started with the
+//!    ServiceAccount's token;
+//! 3. a Tenant turns Ready and its kubeconfig works;
+//! 4. a Deployment and a Service in the tenant: the host pods in `fabrik-<tenant>` are bound by
+//!    the real scheduler to the simulated nodes, run, and their status comes back to the
+//!    tenant; a pod asking for a GPU lands on a GPU node;
+//! 5. the nodes stay Ready past the node lifecycle controller's grace period (their Leases);
+//! 6. deleting the Tenant removes its objects from the host.
+//!
+//! `fabrik serve` must log no Forbidden error: a missing permission in the chart fails here.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use e2e::real_host::{tail, RealHost};
+use e2e::{fabrik_bin, helms, kc, kc_ok, kubectls, repo_root, Kubectl};
+use serde_json::{json, Value};
+
+const TENANT: &str = "team-a";
+const NS: &str = "fabrik-team-a";
+/// The chart's release and namespace, as `helm install rel … -n fabrik-system` names them.
+const RELEASE: &str = "rel";
+const RELEASE_NS: &str = "fabrik-system";
+
+/// A `fabrik` process with its log; killed when dropped.
+struct Fabrik {
+    name: &'static str,
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl Fabrik {
+    fn start(name: &'static str, args: &[&str], log: PathBuf) -> Result<Fabrik> {
+        let bin = fabrik_bin();
+        if !bin.exists() {
+            bail!(
+                "{} is missing: build it first with \
+                 `cargo build -p control-plane --bin fabrik --features etcd`",
+                bin.display()
+            );
+        }
+        let out = std::fs::File::create(&log)?;
+        let child = Command::new(bin)
+            .args(args)
+            .env_remove("KUBECONFIG")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting fabrik {name}"))?;
+        Ok(Fabrik {
+            name,
+            child: Some(child),
+            log,
+        })
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Fails with the log when the process has exited.
+    fn check_running(&mut self) -> Result<()> {
+        if let Some(c) = self.child.as_mut() {
+            if let Some(status) = c.try_wait()? {
+                bail!("fabrik {} exited with {status}:\n{}", self.name, self.log());
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Fabrik {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Polls `check` every half second until it says done or `secs` pass; on a timeout the error
+/// says what was last seen.
+fn poll(what: &str, secs: u64, mut check: impl FnMut() -> Result<(bool, String)>) -> Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let (done, seen) = check()?;
+        if done {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {secs} s waiting for {what}; last seen:\n{seen}");
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Runs kubectl; stdout on success, else stdout and stderr as what was seen.
+fn seen(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<(bool, String)> {
+    let out = kc(k, kubeconfig, args)?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        Ok((true, text))
+    } else {
+        Ok((
+            false,
+            format!("{text}{}", String::from_utf8_lossy(&out.stderr)),
+        ))
+    }
+}
+
+fn get_json(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<Value> {
+    let mut a = args.to_vec();
+    a.extend(["-o", "json"]);
+    let text = kc_ok(k, kubeconfig, &a)?;
+    serde_json::from_str(&text).context("kubectl printed no JSON")
+}
+
+fn items(list: &Value) -> Vec<Value> {
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+fn is_ready(node: &Value) -> bool {
+    node["status"]["conditions"].as_array().is_some_and(|cs| {
+        cs.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
+}
+
+fn taints(node: &Value) -> Vec<String> {
+    node["spec"]["taints"]
+        .as_array()
+        .map(|ts| {
+            ts.iter()
+                .map(|t| format!("{}:{}", t["key"].as_str().unwrap_or(""), t["effect"]))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// One line per node: name, Ready, GPUs allocatable, taints.
+fn node_lines(nodes: &Value) -> String {
+    items(nodes)
+        .iter()
+        .map(|n| {
+            format!(
+                "{} ready={} gpus={} taints={:?}\n",
+                n["metadata"]["name"].as_str().unwrap_or("?"),
+                is_ready(n),
+                n["status"]["allocatable"]["nvidia.com/gpu"],
+                taints(n)
+            )
+        })
+        .collect()
+}
+
+/// One line per pod: name, phase, node, scheduler.
+fn pod_lines(pods: &Value) -> String {
+    items(pods)
+        .iter()
+        .map(|p| {
+            format!(
+                "{} phase={} node={} scheduler={}\n",
+                p["metadata"]["name"].as_str().unwrap_or("?"),
+                p["status"]["phase"].as_str().unwrap_or("-"),
+                p["spec"]["nodeName"].as_str().unwrap_or("-"),
+                p["spec"]["schedulerName"].as_str().unwrap_or("-"),
+            )
+        })
+        .collect()
+}
+
+/// The simulated nodes Ready, untainted, with GPUs; and what was seen.
+fn nodes_ready(k: &Kubectl, admin: &Path, want: usize) -> Result<(bool, String)> {
+    let nodes = get_json(
+        k,
+        admin,
+        &["get", "nodes", "-l", "fabrik.dev/simulated=true"],
+    )?;
+    let list = items(&nodes);
+    let good = list
+        .iter()
+        .filter(|n| {
+            is_ready(n)
+                && taints(n).is_empty()
+                && n["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+        })
+        .count();
+    Ok((good == want && list.len() == want, node_lines(&nodes)))
+}
+
+/// The RBAC objects of the chart rendered with its default values, as one YAML stream.
+fn chart_rbac(work: &Path) -> Result<String> {
+    let helm = helms()
+        .into_iter()
+        .next()
+        .context("no Helm in .tools/bin (scripts/install-test-deps.sh)")?;
+    let home = work.join("helm-home");
+    std::fs::create_dir_all(&home)?;
+    let chart = repo_root().join("helm").join("fabrik");
+    let out = Command::new(&helm.path)
+        .args(["template", RELEASE])
+        .arg(&chart)
+        .args(["--namespace", RELEASE_NS])
+        .env_remove("KUBECONFIG")
+        .env("HOME", &home)
+        .env("HELM_CACHE_HOME", home.join("cache"))
+        .env("HELM_CONFIG_HOME", home.join("config"))
+        .env("HELM_DATA_HOME", home.join("data"))
+        .stdin(Stdio::null())
+        .output()?;
+    if !out.status.success() {
+        bail!("helm template: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc)?;
+        let kind = v["kind"].as_str().unwrap_or("");
+        if matches!(
+            kind,
+            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        ) {
+            docs.push(serde_yaml_ng::to_string(&v)?);
+        }
+    }
+    if docs.is_empty() {
+        bail!("the chart rendered no RBAC:\n{text}");
+    }
+    Ok(docs.join("---\n"))
+}
+
+/// The tenant's admin kubeconfig, from the host Secret `fabrik-kubeconfig` in `fabrik-<t>`.
+fn tenant_kubeconfig(k: &Kubectl, admin: &Path, out: &Path) -> Result<()> {
+    use base64::Engine;
+    let b64 = kc_ok(
+        k,
+        admin,
+        &[
+            "get",
+            "secret",
+            "fabrik-kubeconfig",
+            "-n",
+            NS,
+            "-o",
+            "jsonpath={.data.kubeconfig}",
+        ],
+    )?;
+    let text = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .context("the kubeconfig Secret is not base64")?;
+    std::fs::write(out, text)?;
+    Ok(())
+}
+
+const TENANT_YAML: &str = r#"apiVersion: fabrik.dev/v1alpha1
+kind: Tenant
+metadata: {name: team-a}
+spec:
+  quota: {gpus: 2, gpuSharing: whole, pods: 10}
+"#;
+
+const GPU_POD: &str = r#"apiVersion: v1
+kind: Pod
+metadata: {name: train, labels: {app: train}}
+spec:
+  containers:
+  - name: main
+    image: busybox:1.36
+    command: ["sleep", "3600"]
+    resources:
+      limits: {nvidia.com/gpu: "1"}
+"#;
+
+/// Runs one named step, printing its name and how long it took; its error names it.
+fn step<T>(name: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+    eprintln!("real host: step {name}");
+    let started = Instant::now();
+    let out = f().with_context(|| format!("step {name:?}"))?;
+    eprintln!(
+        "real host: step {name} done in {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(out)
+}
+
+struct World {
+    host: RealHost,
+    k: Kubectl,
+    work: PathBuf,
+    nodes: Option<Fabrik>,
+    serve: Option<Fabrik>,
+}
+
+impl World {
+    fn admin(&self) -> PathBuf {
+        self.host.admin_kubeconfig()
+    }
+
+    fn logs(&self) -> String {
+        let mut out = self.host.logs();
+        for f in [&self.nodes, &self.serve].into_iter().flatten() {
+            out.push_str(&format!("--- fabrik {} log (last 60 lines) ---\n", f.name));
+            out.push_str(&tail(&f.log(), 60));
+        }
+        out
+    }
+
+    fn check_running(&mut self) -> Result<()> {
+        self.host.check_running()?;
+        for f in [&mut self.nodes, &mut self.serve].into_iter().flatten() {
+            f.check_running()?;
+        }
+        Ok(())
+    }
+
+    /// Peak memory and CPU time of every process, one line each.
+    fn usage(&self) -> String {
+        let mut pids: Vec<(String, u32)> = self
+            .host
+            .pids()
+            .into_iter()
+            .map(|(n, p)| (n.to_string(), p))
+            .collect();
+        for f in [&self.nodes, &self.serve].into_iter().flatten() {
+            if let Some(p) = f.pid() {
+                pids.push((format!("fabrik {}", f.name), p));
+            }
+        }
+        let mut total = 0.0;
+        let mut out = String::new();
+        for (name, pid) in pids {
+            let (_, hwm) = e2e::procfs::memory_mib(pid);
+            total += hwm;
+            let cpu = e2e::procfs::cpu_seconds(pid).unwrap_or(0.0);
+            out.push_str(&format!(
+                "  {name}: peak RSS {hwm:.0} MiB, CPU {cpu:.1} s\n"
+            ));
+        }
+        out.push_str(&format!("  sum of peaks: {total:.0} MiB\n"));
+        out
+    }
+}
+
+fn scenario(w: &mut World) -> Result<()> {
+    let admin = w.admin();
+    let k = w.k.clone();
+    let work = w.work.clone();
+
+    let ready_at = step(
+        "1 nodes: fabrik nodes registers two Ready GPU nodes",
+        || {
+            let data = work.join("nodes");
+            w.nodes = Some(Fabrik::start(
+                "nodes",
+                &[
+                    "nodes",
+                    "--kubeconfig",
+                    &admin.display().to_string(),
+                    "--nodes",
+                    "2",
+                    "--gpus-per-node",
+                    "8",
+                    "--data-dir",
+                    &data.display().to_string(),
+                ],
+                work.join("nodes.log"),
+            )?);
+            poll(
+                "two simulated nodes Ready with 8 GPUs and no taints",
+                120,
+                || {
+                    w.check_running()?;
+                    nodes_ready(&k, &admin, 2)
+                },
+            )?;
+            Ok(Instant::now())
+        },
+    )?;
+
+    step(
+        "2 least privilege: fabrik serve with the chart's RBAC",
+        || {
+            kc_ok(&k, &admin, &["create", "namespace", RELEASE_NS])?;
+            let crd = repo_root()
+                .join("helm")
+                .join("fabrik")
+                .join("crds")
+                .join("tenants.fabrik.dev.yaml");
+            // `create`, not client-side `apply`: the CRD is larger than the annotation limit.
+            kc_ok(&k, &admin, &["create", "-f", &crd.display().to_string()])?;
+            kc_ok(
+                &k,
+                &admin,
+                &[
+                    "wait",
+                    "crd/tenants.fabrik.dev",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                ],
+            )?;
+            let rbac = work.join("rbac.yaml");
+            std::fs::write(&rbac, chart_rbac(&work)?)?;
+            kc_ok(&k, &admin, &["apply", "-f", &rbac.display().to_string()])?;
+            let sa = format!("{RELEASE}-fabrik");
+            let token = kc_ok(
+                &k,
+                &admin,
+                &["create", "token", &sa, "-n", RELEASE_NS, "--duration=2h"],
+            )?;
+            let host_kubeconfig = work.join("serve.kubeconfig");
+            std::fs::write(&host_kubeconfig, w.host.token_kubeconfig(token.trim())?)?;
+            // The rights are the ServiceAccount's, not more.
+            let can = kc_ok(
+                &k,
+                &host_kubeconfig,
+                &["auth", "can-i", "create", "clusterroles"],
+            );
+            if can.is_ok_and(|s| s.trim() == "yes") {
+                bail!("the ServiceAccount may create ClusterRoles");
+            }
+            // The flags the chart gives `fabrik serve`, but for paths and addresses.
+            let serve = Fabrik::start(
+                "serve",
+                &[
+                    "serve",
+                    "--host-kubeconfig",
+                    &host_kubeconfig.display().to_string(),
+                    "--data-dir",
+                    &work.join("serve-data").display().to_string(),
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--serving-ca-secret",
+                    &format!("{RELEASE_NS}/{RELEASE}-fabrik-serving-ca"),
+                    "--usage-namespace",
+                    RELEASE_NS,
+                ],
+                work.join("serve.log"),
+            )?;
+            w.serve = Some(serve);
+            poll(
+                "fabrik serve serving tenants",
+                e2e::STARTUP.as_secs(),
+                || {
+                    w.check_running()?;
+                    let log = w.serve.as_ref().map(Fabrik::log).unwrap_or_default();
+                    Ok((log.contains("serving tenants at "), tail(&log, 20)))
+                },
+            )
+        },
+    )?;
+
+    let tkc = work.join("team-a.kubeconfig");
+    step("3 a Tenant turns Ready; its kubeconfig works", || {
+        let file = work.join("tenant.yaml");
+        std::fs::write(&file, TENANT_YAML)?;
+        kc_ok(&k, &admin, &["apply", "-f", &file.display().to_string()])?;
+        poll("Tenant team-a Ready", 120, || {
+            w.check_running()?;
+            let (ok, text) = seen(&k, &admin, &["get", "tenant", TENANT, "-o", "json"])?;
+            if !ok {
+                return Ok((false, text));
+            }
+            let t: Value = serde_json::from_str(&text)?;
+            Ok((t["status"]["phase"] == "Ready", t["status"].to_string()))
+        })?;
+        tenant_kubeconfig(&k, &admin, &tkc)?;
+        poll("the tenant API answering", 60, || {
+            seen(&k, &tkc, &["get", "namespaces"])
+        })
+    })?;
+
+    step(
+        "4 workloads: bound by the real scheduler, run by the simulated nodes",
+        || {
+            kc_ok(
+                &k,
+                &tkc,
+                &[
+                    "create",
+                    "deployment",
+                    "web",
+                    "--image=nginx:1.25",
+                    "--replicas=2",
+                ],
+            )?;
+            kc_ok(
+                &k,
+                &tkc,
+                &[
+                    "expose",
+                    "deployment",
+                    "web",
+                    "--port=80",
+                    "--target-port=80",
+                ],
+            )?;
+            let pod = work.join("gpu-pod.yaml");
+            std::fs::write(&pod, GPU_POD)?;
+            kc_ok(&k, &tkc, &["apply", "-f", &pod.display().to_string()])?;
+            poll(
+                "three host pods in fabrik-team-a Running on gpu-node-*",
+                120,
+                || {
+                    w.check_running()?;
+                    let pods = get_json(&k, &admin, &["get", "pods", "-n", NS])?;
+                    let list = items(&pods);
+                    let good = list
+                        .iter()
+                        .filter(|p| {
+                            p["status"]["phase"] == "Running"
+                                && p["spec"]["nodeName"]
+                                    .as_str()
+                                    .is_some_and(|n| n.starts_with("gpu-node-"))
+                                && p["spec"]["schedulerName"] == "default-scheduler"
+                        })
+                        .count();
+                    Ok((good == 3 && list.len() == 3, pod_lines(&pods)))
+                },
+            )?;
+            // The real scheduler bound them: its Scheduled events.
+            poll("Scheduled events of default-scheduler", 30, || {
+                let events = get_json(
+                    &k,
+                    &admin,
+                    &[
+                        "get",
+                        "events",
+                        "-n",
+                        NS,
+                        "--field-selector",
+                        "reason=Scheduled",
+                    ],
+                )?;
+                let n = items(&events)
+                    .iter()
+                    .filter(|e| {
+                        e["source"]["component"] == "default-scheduler"
+                            || e["reportingComponent"] == "default-scheduler"
+                    })
+                    .count();
+                Ok((n >= 3, events.to_string()))
+            })?;
+            // The GPU pod sits on a node with GPUs and holds one.
+            let gpu = get_json(&k, &admin, &["get", "pods", "-n", NS])?;
+            let gpu_pod = items(&gpu)
+                .into_iter()
+                .find(|p| {
+                    p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+                })
+                .with_context(|| format!("no host pod asks for a GPU:\n{}", pod_lines(&gpu)))?;
+            let node = gpu_pod["spec"]["nodeName"].as_str().unwrap_or("");
+            let n = get_json(&k, &admin, &["get", "node", node])?;
+            if n["status"]["allocatable"]["nvidia.com/gpu"] != "8" {
+                bail!(
+                    "the GPU pod is on {node}, which has no GPUs: {}",
+                    node_lines(&json!({"items": [n]}))
+                );
+            }
+            // The status came back to the tenant.
+            poll("the tenant's pods Running", 60, || {
+                let pods = get_json(&k, &tkc, &["get", "pods"])?;
+                let list = items(&pods);
+                let running = list
+                    .iter()
+                    .filter(|p| {
+                        p["status"]["phase"] == "Running" && p["status"]["podIP"].is_string()
+                    })
+                    .count();
+                Ok((running == 3 && list.len() == 3, pod_lines(&pods)))
+            })?;
+            poll("the tenant Deployment available", 60, || {
+                let (ok, text) = seen(
+                    &k,
+                    &tkc,
+                    &[
+                        "get",
+                        "deployment",
+                        "web",
+                        "-o",
+                        "jsonpath={.status.availableReplicas}",
+                    ],
+                )?;
+                Ok((ok && text.trim() == "2", text))
+            })?;
+            // The Service on the host, and its endpoints in the tenant.
+            poll("the Service synced to the host", 60, || {
+                seen(
+                    &k,
+                    &admin,
+                    &[
+                        "get",
+                        "services",
+                        "-n",
+                        NS,
+                        "-l",
+                        "fabrik.dev/tenant=team-a",
+                    ],
+                )
+                .map(|(ok, text)| (ok && text.lines().count() > 1, text))
+            })?;
+            poll("the tenant Service's endpoints: the two pods", 60, || {
+                let (ok, text) = seen(
+                    &k,
+                    &tkc,
+                    &[
+                        "get",
+                        "endpoints",
+                        "web",
+                        "-o",
+                        "jsonpath={.subsets[*].addresses[*].ip}",
+                    ],
+                )?;
+                Ok((ok && text.split_whitespace().count() == 2, text))
+            })
+        },
+    )?;
+
+    step(
+        "5 nodes stay Ready past the node monitor grace period",
+        || {
+            // kube-controller-manager marks a node without heartbeats Unknown after 40 s.
+            let wait = Duration::from_secs(60).saturating_sub(ready_at.elapsed());
+            std::thread::sleep(wait);
+            let (ok, text) = nodes_ready(&k, &admin, 2)?;
+            if !ok {
+                bail!("a node is no longer Ready (or got tainted):\n{text}");
+            }
+            Ok(())
+        },
+    )?;
+
+    step("6 deleting the Tenant removes its host objects", || {
+        kc_ok(&k, &admin, &["delete", "tenant", TENANT, "--timeout=120s"])?;
+        poll("the host namespace fabrik-team-a gone", 120, || {
+            let (exists, text) = seen(&k, &admin, &["get", "namespace", NS, "-o", "name"])?;
+            Ok((!exists, text))
+        })?;
+        let (_, left) = seen(
+            &k,
+            &admin,
+            &[
+                "get",
+                "pods,services,configmaps,secrets",
+                "-A",
+                "-l",
+                "fabrik.dev/tenant=team-a",
+                "-o",
+                "name",
+            ],
+        )?;
+        if !left.trim().is_empty() {
+            bail!("objects of the deleted tenant are left on the host:\n{left}");
+        }
+        Ok(())
+    })?;
+
+    step(
+        "7 least privilege held: no Forbidden in fabrik serve's log",
+        || {
+            let log = w.serve.as_ref().map(Fabrik::log).unwrap_or_default();
+            let forbidden: Vec<&str> = log
+                .lines()
+                .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
+                .collect();
+            if !forbidden.is_empty() {
+                bail!(
+                    "fabrik serve was refused with the chart's RBAC:\n{}",
+                    forbidden.join("\n")
+                );
+            }
+            Ok(())
+        },
+    )?;
+    Ok(())
+}
+
+#[test]
+fn fabrik_runs_tenants_on_a_real_kubernetes_host() {
+    let started = Instant::now();
+    let k = kubectls()
+        .into_iter()
+        .next()
+        .expect("kubectl in .tools/bin (scripts/install-test-deps.sh)");
+    let host = match RealHost::start() {
+        Ok(h) => h,
+        Err(e) => panic!("cannot start the real host: {e:#}"),
+    };
+    eprintln!(
+        "real host: {} ready in {:.1} s",
+        host.url(),
+        started.elapsed().as_secs_f64()
+    );
+    let work = host.work_dir().join("test");
+    std::fs::create_dir_all(&work).expect("work dir");
+    let mut w = World {
+        host,
+        k,
+        work,
+        nodes: None,
+        serve: None,
+    };
+    let result = scenario(&mut w);
+    eprintln!(
+        "real host: {:.0} s in all; processes:\n{}",
+        started.elapsed().as_secs_f64(),
+        w.usage()
+    );
+    if let Err(e) = result {
+        panic!("{e:#}\n{}", w.logs());
+    }
+}
