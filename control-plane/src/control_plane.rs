@@ -158,6 +158,8 @@ pub struct ManagerConfig {
     pub data_dir: Option<PathBuf>,
     /// Host namespace of the node agents' usage ConfigMaps.
     pub usage_namespace: String,
+    /// Where tenant pods reach their tenant's API (put into every synced container), if known.
+    pub api_address: Option<syncer::ApiAddress>,
 }
 
 /// The running tenant manager.
@@ -186,6 +188,7 @@ impl TenantManager {
                 config.usage_namespace.clone(),
                 fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
             ],
+            config.api_address,
         );
         // The lease loop runs until the manager has stopped its tenants (see `stopped`).
         let sharding = config.shards.map(|shards| {

@@ -65,6 +65,13 @@ pub struct ServeArgs {
     /// instead of `DIR/pki`, so that every replica serves with the same CA.
     #[arg(long, value_name = "NAMESPACE/NAME")]
     serving_ca_secret: Option<String>,
+    /// The host Service in front of these replicas (`NAMESPACE/NAME`): tenant pods reach their
+    /// tenant's API at its ClusterIP and port (`KUBERNETES_SERVICE_HOST`/`PORT` in every synced
+    /// container; the request goes to the tenant whose token it carries), and its ClusterIP and
+    /// DNS names join the serving certificate. The Helm chart sets it; without it, synced pods
+    /// get no tenant API address.
+    #[arg(long, value_name = "NAMESPACE/NAME")]
+    api_service: Option<String>,
     /// Host namespace where the node agents publish GPU usage (ConfigMaps
     /// `fabrik-gpu-usage-<node>`, summed into `Tenant.status.usage`); the agents'
     /// `--usage-namespace` must name the same.
@@ -113,6 +120,17 @@ pub enum Error {
     /// `--serving-ca-secret` is not `NAMESPACE/NAME`.
     #[error("--serving-ca-secret {0:?}: expected NAMESPACE/NAME")]
     SecretName(String),
+    /// `--api-service` is not `NAMESPACE/NAME`.
+    #[error("--api-service {0:?}: expected NAMESPACE/NAME")]
+    ServiceName(String),
+    /// The `--api-service` Service cannot carry tenant API traffic.
+    #[error("--api-service {service}: {why}")]
+    ApiService {
+        /// `NAMESPACE/NAME`.
+        service: String,
+        /// What is wrong with it.
+        why: String,
+    },
     /// The serving CA Secret holds no usable CA.
     #[error("host Secret {0} holds no CA (expected data keys ca.crt and ca.key)")]
     SecretContent(String),
@@ -201,12 +219,58 @@ fn serving_hosts(listen: SocketAddr, public_host: &str, extra: &[String]) -> Vec
 }
 
 fn split_secret_name(text: &str) -> Result<(String, String), Error> {
+    split_name(text).ok_or_else(|| Error::SecretName(text.to_string()))
+}
+
+fn split_name(text: &str) -> Option<(String, String)> {
     match text.split_once('/') {
         Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
-            Ok((ns.to_string(), name.to_string()))
+            Some((ns.to_string(), name.to_string()))
         }
-        _ => Err(Error::SecretName(text.to_string())),
+        _ => None,
     }
+}
+
+/// Where tenant pods reach the tenant API through `--api-service`: its ClusterIP and port
+/// (the one named `https`, else the only one), and the names the serving certificate needs.
+async fn api_service(
+    host: &kube::Client,
+    ns: &str,
+    name: &str,
+) -> Result<(syncer::ApiAddress, Vec<String>)> {
+    let full = format!("{ns}/{name}");
+    let bad = |why: &str| Error::ApiService {
+        service: full.clone(),
+        why: why.to_string(),
+    };
+    let services: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(host.clone(), ns);
+    let Some(service) = services
+        .get_opt(name)
+        .await
+        .with_context(|| format!("cannot read the host Service {full}"))?
+    else {
+        return Err(bad("no such Service on the host").into());
+    };
+    let spec = service.spec.unwrap_or_default();
+    let ip = spec
+        .cluster_ip
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .ok_or_else(|| bad("has no ClusterIP (a headless Service cannot be used)"))?;
+    let ports = spec.ports.unwrap_or_default();
+    let port = match ports.iter().find(|p| p.name.as_deref() == Some("https")) {
+        Some(p) => p.port,
+        None if ports.len() == 1 => ports[0].port,
+        None => return Err(bad("has no port named https and not exactly one port").into()),
+    };
+    let port = u16::try_from(port).map_err(|_| bad("its port is out of range"))?;
+    let sans = vec![
+        ip.clone(),
+        name.to_string(),
+        format!("{name}.{ns}"),
+        format!("{name}.{ns}.svc"),
+        format!("{name}.{ns}.svc.cluster.local"),
+    ];
+    Ok((syncer::ApiAddress { host: ip, port }, sans))
 }
 
 /// The host client from the flags (see [`ServeArgs::host_kubeconfig`]) and the host's URL.
@@ -316,6 +380,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         .as_deref()
         .map(split_secret_name)
         .transpose()?;
+    let api_service_name = args
+        .api_service
+        .as_deref()
+        .map(|s| split_name(s).ok_or_else(|| Error::ServiceName(s.to_string())))
+        .transpose()?;
     let oidc = args.auth.oidc()?;
     args.store.tls()?;
     let replica = match args.store.store {
@@ -336,6 +405,19 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         "fabrik: host cluster {host_url} (Kubernetes {})",
         version.git_version
     );
+    let mut tls_sans = args.tls_sans.clone();
+    let api_address = match &api_service_name {
+        Some((ns, name)) => {
+            let (address, sans) = api_service(&host, ns, name).await?;
+            eprintln!(
+                "fabrik: tenant pods reach their API at {}:{} (host Service {ns}/{name})",
+                address.host, address.port
+            );
+            tls_sans.extend(sans);
+            Some(address)
+        }
+        None => None,
+    };
     if control_plane::install_tenant_crd(&host, CrdPolicy::IfMissing).await? {
         eprintln!(
             "fabrik: installed the Tenant CRD ({})",
@@ -381,7 +463,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     };
     let router = Router::tenants_only();
     let serving = ca
-        .issue_server(&serving_hosts(addr, &public.host, &args.tls_sans))
+        .issue_server(&serving_hosts(addr, &public.host, &tls_sans))
         .context("cannot issue the serving certificate")?;
     let tls = fabrik_apiserver::server::tls_config(&serving, router.client_verifier())
         .context("cannot configure TLS")?;
@@ -410,6 +492,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             serving_ca_pem: ca.cert_pem().to_string(),
             data_dir: None,
             usage_namespace: args.usage_namespace.clone(),
+            api_address,
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;

@@ -177,6 +177,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let router = Router::new(cluster.server.clone(), &host_ca_pem)
         .context("cannot route the host cluster")?;
     let url = bound.url();
+    let listen_addr = bound.addr;
     let listener = bound
         .serve(router.clone(), &cluster.ca)
         .context("cannot serve HTTPS")?;
@@ -202,6 +203,14 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 serving_ca_pem: host_ca_pem,
                 data_dir: Some(dir.clone()),
                 usage_namespace: fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
+                // The simulated nodes run on this machine: pods reach the listener directly.
+                api_address: Some(syncer::ApiAddress {
+                    host: match listen_addr.ip() {
+                        ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+                        ip => ip.to_string(),
+                    },
+                    port: listen_addr.port(),
+                }),
             },
             cluster.server.shutdown_signal(),
         );

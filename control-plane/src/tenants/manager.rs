@@ -108,6 +108,8 @@ pub struct Runtime {
     pub usage_history: Arc<super::usage::History>,
     /// Host namespaces Fabrik itself uses (no tenant may take one).
     pub reserved_namespaces: Vec<String>,
+    /// Where tenant pods reach their tenant's API (see [`syncer::ApiAddress`]).
+    pub api_address: Option<syncer::ApiAddress>,
 }
 
 impl Runtime {
@@ -122,6 +124,7 @@ impl Runtime {
         data_dir: Option<PathBuf>,
         host: Client,
         reserved_namespaces: Vec<String>,
+        api_address: Option<syncer::ApiAddress>,
     ) -> Arc<Runtime> {
         Arc::new(Runtime {
             router,
@@ -138,6 +141,7 @@ impl Runtime {
             followed_policies: Mutex::new(HashMap::new()),
             usage_history: Arc::new(super::usage::History::default()),
             reserved_namespaces,
+            api_address,
         })
     }
 
@@ -579,7 +583,7 @@ fn start_syncer(
 /// Restarts the tenant's syncer (and updates its pod policy) when the spec asks for another
 /// policy or other extra kinds than it runs with.
 async fn restart_syncer_if_changed(rt: &Runtime, name: &str, tenant: &Tenant) {
-    let (policy, kinds) = (policy_of(tenant), extra_kinds(tenant).0);
+    let (policy, kinds) = (tenant_policy(rt, tenant), extra_kinds(tenant).0);
     let mut syncers = rt.syncers.lock().await;
     let Some(run) = syncers.get(name) else {
         return;
@@ -607,6 +611,14 @@ async fn restart_syncer_if_changed(rt: &Runtime, name: &str, tenant: &Tenant) {
 }
 
 /// The syncer policy a Tenant's spec asks for.
+/// The policy a tenant's syncer and pod admission run with: the spec's, and where this
+/// control plane is reached from the tenant's pods.
+fn tenant_policy(rt: &Runtime, tenant: &Tenant) -> syncer::Policy {
+    let mut policy = policy_of(tenant);
+    policy.api_address = rt.api_address.clone();
+    policy
+}
+
 fn policy_of(tenant: &Tenant) -> syncer::Policy {
     let iso = tenant.spec.isolation.clone().unwrap_or_default();
     let allows = |p: &str| iso.allow.iter().any(|a| a == p);
@@ -653,6 +665,7 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
             .contains(&syncer::kinds::Kind::Ingress),
         ingress_classes: iso.ingress_classes.clone(),
         external_names: iso.external_names.clone(),
+        api_address: None,
     }
 }
 
@@ -725,7 +738,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             // issues only its client certificates).
             settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             let cluster = Cluster::start(store, ca_copy, settings).await?;
-            let policy = policy_of(&tenant);
+            let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
             cluster.server.registry().add_admission(admission.clone());
             let quota = Arc::new(ClusterQuota::new(
@@ -1000,7 +1013,7 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     // A follower admits the tenant's pods too: its policy follows the spec like the owner's.
     let admission = {
         let mut followed = ctx.rt.followed_policies.lock().await;
-        let policy = policy_of(tenant);
+        let policy = tenant_policy(&ctx.rt, tenant);
         if tenant.metadata.deletion_timestamp.is_some() {
             followed.remove(&name);
         }
