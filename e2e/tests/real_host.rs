@@ -202,7 +202,8 @@ fn nodes_ready(k: &Kubectl, admin: &Path, want: usize) -> Result<(bool, String)>
     Ok((good == want && list.len() == want, node_lines(&nodes)))
 }
 
-/// The RBAC objects of the chart rendered with its default values, as one YAML stream.
+/// The RBAC objects and the Service of the chart rendered with its default values (what
+/// `fabrik serve` needs on the host besides its pod), as one YAML stream.
 fn chart_rbac(work: &Path) -> Result<String> {
     let helm = helms()
         .into_iter()
@@ -232,7 +233,12 @@ fn chart_rbac(work: &Path) -> Result<String> {
         let kind = v["kind"].as_str().unwrap_or("");
         if matches!(
             kind,
-            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+            "ServiceAccount"
+                | "ClusterRole"
+                | "ClusterRoleBinding"
+                | "Role"
+                | "RoleBinding"
+                | "Service"
         ) {
             docs.push(serde_yaml_ng::to_string(&v)?);
         }
@@ -447,6 +453,8 @@ fn scenario(w: &mut World) -> Result<()> {
                     &format!("{RELEASE_NS}/{RELEASE}-fabrik-serving-ca"),
                     "--usage-namespace",
                     RELEASE_NS,
+                    "--api-service",
+                    &format!("{RELEASE_NS}/{RELEASE}-fabrik"),
                 ],
                 work.join("serve.log"),
             )?;
@@ -630,6 +638,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4b in-cluster access: a host pod's token, CA and address reach its tenant only",
+        || in_cluster_access(&k, &admin, &tkc, &w),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -741,4 +754,170 @@ fn fabrik_runs_tenants_on_a_real_kubernetes_host() {
     if let Err(e) = result {
         panic!("{e:#}\n{}", w.logs());
     }
+}
+
+/// What a tenant pod's in-cluster client gets on the host — the environment, the token and the
+/// CA of its host pod, read from the host pod's spec and the host objects its volume mounts —
+/// reaches its tenant's API and nothing else. (There is no kube-proxy here: the client dials
+/// the listener the Service fronts, with exactly the credentials the pod was given.)
+fn in_cluster_access(k: &Kubectl, admin: &Path, tkc: &Path, w: &World) -> Result<()> {
+    let service = get_json(
+        k,
+        admin,
+        &[
+            "get",
+            "service",
+            &format!("{RELEASE}-fabrik"),
+            "-n",
+            RELEASE_NS,
+        ],
+    )?;
+    let cluster_ip = service["spec"]["clusterIP"]
+        .as_str()
+        .context("the chart's Service has no ClusterIP")?
+        .to_string();
+    let pods = get_json(k, admin, &["get", "pods", "-n", NS])?;
+    let pod = items(&pods)
+        .into_iter()
+        .find(|p| {
+            p["metadata"]["annotations"]["fabrik.dev/virtual-name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("web-"))
+        })
+        .with_context(|| format!("no host pod of web:\n{}", pod_lines(&pods)))?;
+    // The address: the chart's Service, in every container.
+    let env = &pod["spec"]["containers"][0]["env"];
+    let var = |name: &str| {
+        env.as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["name"] == name)
+            .and_then(|e| e["value"].as_str())
+            .map(str::to_string)
+    };
+    if var("KUBERNETES_SERVICE_HOST").as_deref() != Some(cluster_ip.as_str())
+        || var("KUBERNETES_SERVICE_PORT").as_deref() != Some("443")
+    {
+        bail!("the host pod's KUBERNETES_SERVICE_* do not name {cluster_ip}:443: {env}");
+    }
+    // The token and CA: the projected volume's sources, on the host.
+    let sources: Vec<Value> = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|v| v["projected"]["sources"].as_array())
+        .flatten()
+        .cloned()
+        .collect();
+    let secret = sources
+        .iter()
+        .find(|s| {
+            s["secret"]["items"]
+                .as_array()
+                .is_some_and(|i| i.iter().any(|i| i["path"] == "token"))
+        })
+        .with_context(|| format!("no token in the host pod's projected volume: {sources:?}"))?;
+    let key = secret["secret"]["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|i| i["path"] == "token")
+        .and_then(|i| i["key"].as_str())
+        .context("token item key")?
+        .to_string();
+    let secret_name = secret["secret"]["name"].as_str().context("secret name")?;
+    let token = kc_ok(
+        k,
+        admin,
+        &[
+            "get",
+            "secret",
+            secret_name,
+            "-n",
+            NS,
+            "-o",
+            &format!("go-template={{{{index .data \"{key}\" | base64decode}}}}"),
+        ],
+    )?;
+    let ca_map = sources
+        .iter()
+        .find_map(|s| s["configMap"]["name"].as_str())
+        .context("no CA ConfigMap in the host pod's projected volume")?;
+    let ca = kc_ok(
+        k,
+        admin,
+        &[
+            "get",
+            "configmap",
+            ca_map,
+            "-n",
+            NS,
+            "-o",
+            "go-template={{index .data \"ca.crt\"}}",
+        ],
+    )?;
+    if !ca.contains("BEGIN CERTIFICATE") {
+        bail!("the host copy of kube-root-ca.crt holds no CA: {ca}");
+    }
+    let work = w.host.work_dir();
+    let ca_file = work.join("pod-ca.crt");
+    std::fs::write(&ca_file, &ca)?;
+    // The listener the Service fronts, without any /clusters/ prefix.
+    let serve_log = w.serve.as_ref().map(Fabrik::log).unwrap_or_default();
+    let url = serve_log
+        .lines()
+        .find_map(|l| l.split("serving tenants at ").nth(1))
+        .and_then(|rest| rest.split("/clusters/").next())
+        .context("fabrik serve's URL in its log")?
+        .to_string();
+    kc_ok(
+        k,
+        tkc,
+        &[
+            "create",
+            "rolebinding",
+            "pods-view",
+            "--clusterrole=view",
+            "--serviceaccount=default:default",
+        ],
+    )?;
+    let as_pod = |server: &str, args: &[&str]| {
+        let mut all = vec![
+            "--kubeconfig=/dev/null".to_string(),
+            format!("--server={server}"),
+            format!("--token={}", token.trim()),
+            format!("--certificate-authority={}", ca_file.display()),
+            // The CA verifies the listener; the name in the certificate is the Service's.
+            format!("--tls-server-name={cluster_ip}"),
+        ];
+        all.extend(args.iter().map(|a| a.to_string()));
+        Command::new(&k.path).args(&all).output()
+    };
+    poll("the pod's token listing its tenant's pods", 60, || {
+        let out = as_pod(&url, &["get", "pods", "-n", "default", "-o", "name"])?;
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((out.status.success() && text.contains("pod/web-"), text))
+    })?;
+    // The host does not take it.
+    let out = Command::new(&k.path)
+        .args([
+            "--kubeconfig=/dev/null",
+            "--insecure-skip-tls-verify",
+            &format!("--server={}", w.host.url()),
+            &format!("--token={}", token.trim()),
+            "get",
+            "pods",
+            "-n",
+            NS,
+        ])
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() || !err.contains("Unauthorized") {
+        bail!("the real host took the tenant pod's token: {err}");
+    }
+    Ok(())
 }
