@@ -735,10 +735,7 @@ async fn request_tokens(
         let answer: Value = api
             .create_subresource("token", service_account, &PostParams::default(), &body)
             .await
-            .map_err(|source| tokens::Error::Request {
-                service_account: service_account.into(),
-                source,
-            })?;
+            .map_err(|source| tokens::Error::request(service_account, source))?;
         let token = tokens::read_answer(&answer, source, asked_at)
             .ok_or_else(|| tokens::Error::NoToken(service_account.into()))?;
         issued.push(token);

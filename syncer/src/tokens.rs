@@ -59,10 +59,12 @@ pub enum Error {
     #[error("service account name {0:?} is not a valid name")]
     ServiceAccountName(String),
     /// The tenant API refused or failed the TokenRequest.
-    #[error("the tenant API refused a token for service account {service_account:?}: {source}")]
+    #[error("the tenant API refused a token for service account {service_account:?}: {why}")]
     Request {
         /// The service account.
         service_account: String,
+        /// What the tenant API said (its Status message when it answered with one).
+        why: String,
         /// The cause.
         #[source]
         source: kube::Error,
@@ -81,6 +83,21 @@ pub struct Issued {
     pub token: String,
     /// When it expires (milliseconds since the epoch).
     pub expires_ms: i64,
+}
+
+impl Error {
+    /// A refused TokenRequest, said briefly (the API server's message when it gave one).
+    pub fn request(service_account: &str, source: kube::Error) -> Error {
+        let why = match &source {
+            kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+            other => other.to_string(),
+        };
+        Error::Request {
+            service_account: service_account.to_string(),
+            why,
+            source,
+        }
+    }
 }
 
 /// Whether `name` is a DNS subdomain, as upstream requires of service account names (the name

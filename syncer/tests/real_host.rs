@@ -21,6 +21,11 @@ use kube::ResourceExt;
 use serde_json::json;
 use syncer::{ApiAddress, HostInformers, Options, Policy, TenantSync};
 
+/// The scheduler tenant pods name: none. A tenant's `fabrik up` schedules pods on its own
+/// simulated nodes, and a tenant pod bound before its host pod exists counts as lost; the
+/// syncer binds tenant pods to the host pod's node.
+const TENANT_SCHEDULER: &str = "none-in-the-tenant";
+
 /// Polls `check` until it returns `Some`, for at most 60 s.
 async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
 where
@@ -109,6 +114,17 @@ async fn host_token(secrets: &Api<Secret>, name: &str, key: &str) -> Option<(Sec
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pods_get_tenant_tokens_that_rotate_and_end_with_the_pod() -> Result<()> {
+    let seen = warnings();
+    let result = tokens().await;
+    if result.is_err() {
+        for w in seen.lock().map(|s| s.clone()).unwrap_or_default() {
+            eprintln!("syncer warning: {w:?}");
+        }
+    }
+    result
+}
+
+async fn tokens() -> Result<()> {
     e2e::init_crypto();
     let host_fabrik = e2e::Fabrik::start()?;
     let a_fabrik = e2e::Fabrik::start()?;
@@ -152,7 +168,8 @@ async fn pods_get_tenant_tokens_that_rotate_and_end_with_the_pod() -> Result<()>
     let tenant_pods: Api<Pod> = Api::namespaced(a.clone(), "default");
     let tpod = create(
         &tenant_pods,
-        json!({"metadata": {"name": "app"}, "spec": {"containers": [{"name": "c", "image": "x",
+        json!({"metadata": {"name": "app"}, "spec": {"schedulerName": TENANT_SCHEDULER,
+            "containers": [{"name": "c", "image": "x",
             "env": [{"name": "KUBERNETES_SERVICE_PORT", "value": "1"}]}]}}),
     )
     .await?;
@@ -250,6 +267,7 @@ async fn pods_get_tenant_tokens_that_rotate_and_end_with_the_pod() -> Result<()>
     create(
         &tenant_pods,
         json!({"metadata": {"name": "late"}, "spec": {"serviceAccountName": "late",
+            "schedulerName": TENANT_SCHEDULER,
             "containers": [{"name": "c", "image": "x"}]}}),
     )
     .await?;
@@ -322,10 +340,11 @@ async fn pods_get_tenant_tokens_that_rotate_and_end_with_the_pod() -> Result<()>
     Ok(())
 }
 
-/// The fields of each warning logged (`message` included).
+/// The fields of each event logged (`message` included).
 type Seen = Arc<Mutex<Vec<HashMap<String, String>>>>;
 
-/// Warnings the syncer logged, for tests that count them. Installed once per test process.
+/// Warnings (and the syncer's debug and info lines) logged, for tests that count them and for
+/// a failing test to print. Installed once per test process.
 fn warnings() -> Seen {
     static SEEN: OnceLock<Seen> = OnceLock::new();
     SEEN.get_or_init(|| {
@@ -336,7 +355,7 @@ fn warnings() -> Seen {
     .clone()
 }
 
-/// A subscriber that keeps WARN and ERROR events.
+/// A subscriber that keeps WARN and ERROR events, and the syncer's own down to DEBUG.
 struct Warnings {
     seen: Seen,
 }
@@ -357,6 +376,8 @@ impl tracing::field::Visit for Fields {
 impl tracing::Subscriber for Warnings {
     fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
         *metadata.level() <= tracing::Level::WARN
+            || (metadata.target().starts_with("syncer")
+                && *metadata.level() <= tracing::Level::DEBUG)
     }
 
     fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
@@ -438,7 +459,7 @@ async fn endpoints_of_selector_services_are_left_to_the_host_silently() -> Resul
     create(
         &Api::<Pod>::namespaced(e.clone(), "default"),
         json!({"metadata": {"name": "web-1", "labels": {"app": "web"}},
-            "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+            "spec": {"schedulerName": TENANT_SCHEDULER, "containers": [{"name": "c", "image": "x"}]}}),
     )
     .await?;
     for i in 0..3 {

@@ -116,6 +116,9 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
         json!({"metadata": {"name": "web"}, "spec": {"replicas": 2,
             "selector": {"matchLabels": {"app": "web"}},
             "template": {"metadata": {"labels": {"app": "web"}}, "spec": {
+                // Not the tenant's own (simulated) nodes: a tenant pod bound before its host pod
+                // exists counts as lost. The syncer binds it to its host pod's node.
+                "schedulerName": "none-in-the-tenant",
                 "containers": [{"name": "web", "image": "nginx",
                     "env": [{"name": "GREETING", "valueFrom": {"configMapKeyRef": {"name": "cfg", "key": "greeting"}}},
                             {"name": "PASSWORD", "valueFrom": {"secretKeyRef": {"name": "sec", "key": "password"}}}],
