@@ -639,7 +639,7 @@ fn scenario(w: &mut World) -> Result<()> {
 
     step(
         "4b in-cluster access: a host pod's token, CA and address reach its tenant only",
-        || in_cluster_access(&k, &admin, &tkc, &w),
+        || in_cluster_access(&k, &admin, &tkc, w),
     )?;
 
     step(
