@@ -250,7 +250,8 @@ fn scenario(k: &Kubectl, up: &Fabrik, work: &Path) -> Result<()> {
             bail!("the tenant kubeconfig does not name {endpoint}: {text}");
         }
 
-        // No host API at `/` of serve's listener; health answers.
+        // No host API at `/` of serve's listener: health answers; a request that names no
+        // tenant is a 404; the tenant's credentials name the tenant (never the host).
         let health = kc_ok(
             k,
             &home,
@@ -260,18 +261,37 @@ fn scenario(k: &Kubectl, up: &Fabrik, work: &Path) -> Result<()> {
         if health.trim() != "ok" {
             bail!("/healthz answered {health:?}");
         }
-        let root = kc(
+        let anonymous = std::process::Command::new(&k.path)
+            .env("HOME", &home)
+            .args([
+                "--kubeconfig=/dev/null",
+                "--insecure-skip-tls-verify",
+                // A token that names no issuer (and no prompt for a password).
+                "--token=opaque",
+                "--server",
+                &url,
+                "get",
+                "--raw",
+                "/api/v1/namespaces",
+            ])
+            .output()?;
+        let stderr = String::from_utf8_lossy(&anonymous.stderr);
+        if anonymous.status.success()
+            || !(stderr.contains("NotFound") || stderr.contains("not find"))
+        {
+            bail!(
+                "/api/v1/namespaces at / of serve with credentials of no tenant: {stderr}{}",
+                String::from_utf8_lossy(&anonymous.stdout)
+            );
+        }
+        let root = kc_ok(
             k,
             &home,
             &tkc,
             &["--server", &url, "get", "--raw", "/api/v1/namespaces"],
         )?;
-        let stderr = String::from_utf8_lossy(&root.stderr);
-        if root.status.success() || !(stderr.contains("NotFound") || stderr.contains("not find")) {
-            bail!(
-                "/api/v1/namespaces at / of serve: {stderr}{}",
-                String::from_utf8_lossy(&root.stdout)
-            );
+        if !root.contains("kube-node-lease") || root.contains("fabrik-team-a") {
+            bail!("/api/v1/namespaces at / of serve with the tenant's certificate: {root}");
         }
 
         // The tenant works with kubectl; its objects land in the host namespace.

@@ -146,7 +146,7 @@ fn tenants_are_isolated_and_their_pods_run_on_the_host() {
                 bail!("host lacks {want}: {names}");
             }
         }
-        let env = kc_ok(&k, &host, &["get", "pods", "-n", "fabrik-a", "-o", "jsonpath={.items[0].spec.containers[0].env[0].valueFrom.secretKeyRef.name} {.items[0].spec.containers[0].envFrom[0].configMapRef.name}"])?;
+        let env = kc_ok(&k, &host, &["get", "pods", "-n", "fabrik-a", "-o", "jsonpath={.items[0].spec.containers[0].env[?(@.valueFrom)].valueFrom.secretKeyRef.name} {.items[0].spec.containers[0].envFrom[0].configMapRef.name}"])?;
         if env != "creds-x-default-x-a settings-x-default-x-a" {
             bail!("references not rewritten: {env}");
         }
