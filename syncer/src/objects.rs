@@ -22,12 +22,6 @@ const KEPT_SECRET_TYPES: &[&str] = &[
     "kubernetes.io/ssh-auth",
 ];
 
-/// The Secret type of service account tokens.
-pub const SERVICE_ACCOUNT_TOKEN: &str = "kubernetes.io/service-account-token";
-
-/// The annotation naming the service account of a token Secret.
-pub const SERVICE_ACCOUNT_NAME: &str = "kubernetes.io/service-account.name";
-
 fn metadata(obj: &Value, tenant: &str) -> Value {
     naming::host_metadata(
         obj,
@@ -118,14 +112,6 @@ pub fn tenant_pvc_status(host: &Value) -> Map<String, Value> {
     out
 }
 
-/// The service account a token Secret belongs to, if it is one.
-pub fn token_service_account(secret: &Value) -> Option<&str> {
-    if secret["type"].as_str() != Some(SERVICE_ACCOUNT_TOKEN) {
-        return None;
-    }
-    secret["metadata"]["annotations"][SERVICE_ACCOUNT_NAME].as_str()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -143,7 +129,6 @@ mod tests {
         assert!(h["metadata"]["annotations"]
             .get("kubernetes.io/service-account.name")
             .is_none());
-        assert_eq!(token_service_account(&s), Some("default"));
         let tls =
             json!({"metadata": {"name": "t", "namespace": "ns"}, "type": "kubernetes.io/tls"});
         assert_eq!(host_secret(&tls, "a")["type"], "kubernetes.io/tls");

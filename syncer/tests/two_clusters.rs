@@ -1,43 +1,16 @@
 //! Two real Fabrik API servers (three, with a second tenant): one plays the host, the others
 //! tenants; the syncer runs between them as the tenant manager will run it.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+mod common;
+use common::{create, eventually};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};
 use k8s_openapi::api::networking::v1::Ingress;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 use syncer::{HostInformers, Policy, TenantSync};
-
-/// Polls `check` until it returns `Some`, for at most 60 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn create<K>(api: &Api<K>, v: serde_json::Value) -> Result<()>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
-{
-    let obj: K = serde_json::from_value(v)?;
-    api.create(&PostParams::default(), &obj).await?;
-    Ok(())
-}
 
 /// Starts a syncer for `tenant`; dropping the sender stops it.
 fn start_syncer(

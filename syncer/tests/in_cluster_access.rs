@@ -6,17 +6,18 @@
 //! * Endpoints of a Service with a selector belong to the host's endpoints controller: the
 //!   syncer leaves them alone, silently.
 
+mod common;
+use common::{create, eventually};
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Context as _, Result};
+use anyhow::{Context as _, Result};
 use k8s_openapi::api::authentication::v1::TokenReview;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Event, Namespace, Pod, Secret, Service, ServiceAccount,
 };
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::ResourceExt;
 use serde_json::json;
 use syncer::{ApiAddress, HostInformers, Options, Policy, TenantSync};
@@ -25,32 +26,6 @@ use syncer::{ApiAddress, HostInformers, Options, Policy, TenantSync};
 /// simulated nodes, and a tenant pod bound before its host pod exists counts as lost; the
 /// syncer binds tenant pods to the host pod's node.
 const TENANT_SCHEDULER: &str = "none-in-the-tenant";
-
-/// Polls `check` until it returns `Some`, for at most 60 s.
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Some(v) = check().await {
-            return Ok(v);
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-async fn create<K>(api: &Api<K>, v: serde_json::Value) -> Result<K>
-where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + serde::Serialize,
-{
-    let obj: K = serde_json::from_value(v)?;
-    Ok(api.create(&PostParams::default(), &obj).await?)
-}
 
 /// Starts a syncer for `tenant` with `policy` and `options`; sending on (or dropping) the
 /// sender stops it.
