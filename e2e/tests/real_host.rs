@@ -14,7 +14,8 @@
 //! 5. the nodes stay Ready past the node lifecycle controller's grace period (their Leases);
 //! 6. deleting the Tenant removes its objects from the host.
 //!
-//! `fabrik serve` must log no Forbidden error: a missing permission in the chart fails here.
+//! `fabrik serve` must log no Forbidden error: a missing permission in the chart fails here; nor
+//! a sync fight over the host Endpoints the real endpoints controller owns.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -712,6 +713,26 @@ fn scenario(w: &mut World) -> Result<()> {
                 bail!(
                     "fabrik serve was refused with the chart's RBAC:\n{}",
                     forbidden.join("\n")
+                );
+            }
+            Ok(())
+        },
+    )?;
+
+    step(
+        "8 no sync fight: the host's endpoints controller owns the Service's endpoints",
+        || {
+            // The real endpoints controller writes the host Endpoints of the synced Service
+            // under the name a copy of the tenant's Endpoints would have; the syncer leaves them.
+            let log = w.serve.as_ref().map(Fabrik::log).unwrap_or_default();
+            let fights: Vec<&str> = log
+                .lines()
+                .filter(|l| l.contains("name is taken by another"))
+                .collect();
+            if !fights.is_empty() {
+                bail!(
+                    "the syncer fought over host objects:\n{}",
+                    fights.join("\n")
                 );
             }
             Ok(())
