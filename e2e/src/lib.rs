@@ -15,6 +15,7 @@ pub mod etcd;
 pub mod ha;
 pub mod oidc;
 pub mod procfs;
+pub mod raw;
 pub mod real_host;
 
 /// How long a process the tests start (fabrik, etcd, a host control plane) may take to serve.

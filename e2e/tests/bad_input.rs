@@ -8,89 +8,19 @@
 
 use anyhow::{Context, Result};
 use base64::Engine;
+use e2e::raw::{failure, get, send, Answer, JSON, JSON_PATCH, MERGE};
 use e2e::{init_crypto, Fabrik};
-use http::{header, Request};
 use kube::Client;
 use serde_json::{json, Value};
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
 const PODS: &str = "/api/v1/namespaces/default/pods";
 const DEPLOYS: &str = "/apis/apps/v1/namespaces/default/deployments";
-const JSON: &str = "application/json";
-const MERGE: &str = "application/merge-patch+json";
-const JSON_PATCH: &str = "application/json-patch+json";
-
-/// One answer: HTTP code, `Warning` headers, body as text and (if it is JSON) as a value.
-struct Answer {
-    code: u16,
-    warnings: Vec<String>,
-    text: String,
-    body: Value,
-}
-
-/// Sends `method path` with an optional `Content-Type` and a body.
-async fn send(
-    client: &Client,
-    method: &str,
-    path: &str,
-    content_type: Option<&str>,
-    body: impl Into<Vec<u8>>,
-) -> Result<Answer> {
-    let mut builder = Request::builder().method(method).uri(path);
-    if let Some(ct) = content_type {
-        builder = builder.header(header::CONTENT_TYPE, ct);
-    }
-    let req = builder.body(body.into()).context("building the request")?;
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .with_context(|| format!("{method} {path}"))?;
-    let code = resp.status().as_u16();
-    let warnings = resp
-        .headers()
-        .get_all(header::WARNING)
-        .iter()
-        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-        .collect();
-    let bytes = resp.into_body().collect_bytes().await?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok(Answer {
-        code,
-        warnings,
-        text,
-        body,
-    })
-}
-
-async fn get(client: &Client, path: &str) -> Result<Answer> {
-    send(client, "GET", path, None, Vec::new()).await
-}
 
 async fn post_json(client: &Client, path: &str, body: &Value) -> Result<Answer> {
     send(client, "POST", path, Some(JSON), body.to_string()).await
 }
 
-/// Asserts `a` is a failure `Status` with `code` and `reason` in both the HTTP status line and
-/// the body; returns the Status for further checks.
-#[track_caller]
-fn failure<'a>(a: &'a Answer, code: u16, reason: &str, what: &str) -> &'a Value {
-    assert_eq!(a.code, code, "{what}: HTTP code; body: {}", a.text);
-    let s = &a.body;
-    assert_eq!(s["kind"], "Status", "{what}: not a Status: {}", a.text);
-    assert_eq!(s["apiVersion"], "v1", "{what}: {}", a.text);
-    assert_eq!(s["status"], "Failure", "{what}: {}", a.text);
-    assert_eq!(s["reason"], reason, "{what}: reason: {}", a.text);
-    assert_eq!(s["code"], code, "{what}: code in body: {}", a.text);
-    assert!(
-        s["message"].as_str().is_some_and(|m| !m.is_empty()),
-        "{what}: a Status carries a message: {}",
-        a.text
-    );
-    s
-}
-
-/// The `field`s of `details.causes` of an Invalid Status.
 fn cause_fields(status: &Value) -> Vec<String> {
     status["details"]["causes"]
         .as_array()

@@ -15,59 +15,48 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
+use e2e::raw::{failure, get, send, APPLY, JSON, JSON_PATCH, MERGE};
 use e2e::{init_crypto, Fabrik};
-use http::{header, Request};
 use kube::Client;
 use serde_json::{json, Value};
 
 const CM: &str = "/api/v1/namespaces/default/configmaps";
-const JSON: &str = "application/json";
-const MERGE: &str = "application/merge-patch+json";
-const JSON_PATCH: &str = "application/json-patch+json";
-const APPLY: &str = "application/apply-patch+yaml";
+const VAP: &str = "/apis/admissionregistration.k8s.io/v1";
 
-/// One answer: HTTP code, body as text and (if JSON) as a value.
-struct Answer {
-    code: u16,
-    text: String,
-    body: Value,
-}
-
-async fn send(
-    client: &Client,
-    method: &str,
-    path: &str,
-    content_type: Option<&str>,
-    body: impl Into<Vec<u8>>,
-) -> Result<Answer> {
-    let mut builder = Request::builder().method(method).uri(path);
-    if let Some(ct) = content_type {
-        builder = builder.header(header::CONTENT_TYPE, ct);
-    }
-    let req = builder.body(body.into()).context("building the request")?;
-    let resp = client
-        .send(req.map(kube::client::Body::from))
-        .await
-        .with_context(|| format!("{method} {path}"))?;
-    let code = resp.status().as_u16();
-    let bytes = resp.into_body().collect_bytes().await?;
-    let text = String::from_utf8_lossy(&bytes).into_owned();
-    let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    Ok(Answer { code, text, body })
-}
-
-async fn get(client: &Client, path: &str) -> Result<Answer> {
-    send(client, "GET", path, None, Vec::new()).await
-}
-
-#[track_caller]
-fn failure(a: &Answer, code: u16, reason: &str, what: &str) {
-    let head: String = a.text.chars().take(300).collect();
-    assert_eq!(a.code, code, "{what}: HTTP code; body: {head}");
-    assert_eq!(a.body["kind"], "Status", "{what}: {head}");
-    assert_eq!(a.body["reason"], reason, "{what}: {head}");
-    assert_eq!(a.body["code"], code, "{what}: {head}");
+/// Installs a ValidatingAdmissionPolicy (and its binding) over ConfigMaps whose expression is
+/// cubic in the object's data: it cannot be estimated at creation, so evaluation stops at the
+/// actual cost limit. Returns the policy as sent.
+async fn install_cel_bomb(client: &Client) -> Result<Value> {
+    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": "bomb"},
+        "spec": {"failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
+            "validations": [{"expression":
+                "object.data.all(a, object.data.all(b, object.data.all(c, a + b + c != 'x')))"}]}});
+    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": "bomb"},
+        "spec": {"policyName": "bomb", "validationActions": ["Deny"]}});
+    let r = send(
+        client,
+        "POST",
+        &format!("{VAP}/validatingadmissionpolicies"),
+        Some(JSON),
+        policy.to_string(),
+    )
+    .await?;
+    assert_eq!(r.code, 201, "{}", r.text);
+    let r = send(
+        client,
+        "POST",
+        &format!("{VAP}/validatingadmissionpolicybindings"),
+        Some(JSON),
+        binding.to_string(),
+    )
+    .await?;
+    assert_eq!(r.code, 201, "{}", r.text);
+    Ok(policy)
 }
 
 async fn client_of(path: &Path) -> Result<Client> {
@@ -467,35 +456,8 @@ async fn expensive_cel_is_refused_at_creation_or_stopped_at_evaluation() -> Resu
 
     // (b) A policy over the objects it validates: it cannot be estimated (the objects have no
     // bounds), so evaluation stops at the actual cost limit and the request fails fast.
-    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "bomb"},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
-            "validations": [{"expression":
-                "object.data.all(a, object.data.all(b, object.data.all(c, a + b + c != 'x')))"}]}});
-    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "bomb"},
-        "spec": {"policyName": "bomb", "validationActions": ["Deny"]}});
-    let vap = "/apis/admissionregistration.k8s.io/v1";
-    let r = send(
-        &a,
-        "POST",
-        &format!("{vap}/validatingadmissionpolicies"),
-        Some(JSON),
-        policy.to_string(),
-    )
-    .await?;
-    assert_eq!(r.code, 201, "{}", r.text);
-    let r = send(
-        &a,
-        "POST",
-        &format!("{vap}/validatingadmissionpolicybindings"),
-        Some(JSON),
-        binding.to_string(),
-    )
-    .await?;
-    assert_eq!(r.code, 201, "{}", r.text);
+    let policy = install_cel_bomb(&a).await?;
+    let vap = VAP;
     // A policy whose expression is a bomb by itself (literal lists) is refused at creation.
     let l = format!(
         "[{}]",
@@ -546,35 +508,7 @@ async fn expensive_cel_is_refused_at_creation_or_stopped_at_evaluation() -> Resu
 #[tokio::test]
 async fn a_flood_of_one_tenant_never_refuses_another() -> Result<()> {
     let (f, _host, a, _) = start(&["--nodes", "0"]).await?;
-    let policy = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-        "metadata": {"name": "bomb"},
-        "spec": {"failurePolicy": "Fail",
-            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
-                "operations": ["CREATE", "UPDATE"], "resources": ["configmaps"]}]},
-            "validations": [{"expression":
-                "object.data.all(a, object.data.all(b, object.data.all(c, a + b + c != 'x')))"}]}});
-    let binding = json!({"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-        "metadata": {"name": "bomb"},
-        "spec": {"policyName": "bomb", "validationActions": ["Deny"]}});
-    let vap = "/apis/admissionregistration.k8s.io/v1";
-    let r = send(
-        &a,
-        "POST",
-        &format!("{vap}/validatingadmissionpolicies"),
-        Some(JSON),
-        policy.to_string(),
-    )
-    .await?;
-    assert_eq!(r.code, 201, "{}", r.text);
-    let r = send(
-        &a,
-        "POST",
-        &format!("{vap}/validatingadmissionpolicybindings"),
-        Some(JSON),
-        binding.to_string(),
-    )
-    .await?;
-    assert_eq!(r.code, 201, "{}", r.text);
+    install_cel_bomb(&a).await?;
     let b_cfg = f.data_dir().join("b.kubeconfig");
     let out = f.fabrik_cli(&[
         "tenant",

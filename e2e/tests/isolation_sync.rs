@@ -44,6 +44,26 @@ fn apply(k: &Kubectl, kubeconfig: &Path, dir: &Path, yaml: &str) -> Result<Resul
     })
 }
 
+/// Plays the host's kubelet: merges `status` (JSON) into host pod `ns/name`'s status.
+fn set_pod_status(k: &Kubectl, host: &Path, ns: &str, name: &str, status: &str) -> Result<()> {
+    kc_ok(
+        k,
+        host,
+        &[
+            "patch",
+            "pod",
+            name,
+            "-n",
+            ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            status,
+        ],
+    )?;
+    Ok(())
+}
+
 /// The host copy of tenant object `default/<name>`, or None.
 fn host_get(k: &Kubectl, host: &Path, kind: &str, name: &str) -> Result<Option<Value>> {
     let hname = host_name(name, "default", TENANT);
@@ -188,20 +208,12 @@ fn endpoints_name_only_the_tenants_own_pods_on_the_host() -> Result<()> {
     if let Err(e) = apply(&k, &host, dir, foreign)? {
         bail!("foreign pod: {e}");
     }
-    kc_ok(
+    set_pod_status(
         &k,
         &host,
-        &[
-            "patch",
-            "pod",
-            "foreign",
-            "-n",
-            "default",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running","podIP":"10.244.7.7","podIPs":[{"ip":"10.244.7.7"}]}}"#,
-        ],
+        "default",
+        "foreign",
+        r#"{"status":{"phase":"Running","podIP":"10.244.7.7","podIPs":[{"ip":"10.244.7.7"}]}}"#,
     )?;
 
     // The tenant's own pod; its host pod gets an IP as a kubelet would report it.
@@ -297,20 +309,12 @@ fn endpoints_name_only_the_tenants_own_pods_on_the_host() -> Result<()> {
     let before = wait_host(&k, &host, "endpoints", "mixed")?;
     assert!(host_addresses(&before).is_empty(), "{before}");
 
-    kc_ok(
+    set_pod_status(
         &k,
         &host,
-        &[
-            "patch",
-            "pod",
-            &host_pod_name,
-            "-n",
-            HOST_NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Running","podIP":"10.244.3.3","podIPs":[{"ip":"10.244.3.3"}]}}"#,
-        ],
+        HOST_NS,
+        &host_pod_name,
+        r#"{"status":{"phase":"Running","podIP":"10.244.3.3","podIPs":[{"ip":"10.244.3.3"}]}}"#,
     )?;
     for (kind, name) in [("endpoints", "mixed"), ("endpointslice", "mixed-1")] {
         let mut seen = Value::Null;
@@ -350,20 +354,12 @@ fn endpoints_name_only_the_tenants_own_pods_on_the_host() -> Result<()> {
     }
 
     // The pod finishing takes its address off the host (the IP may go to another pod).
-    kc_ok(
+    set_pod_status(
         &k,
         &host,
-        &[
-            "patch",
-            "pod",
-            &host_pod_name,
-            "-n",
-            HOST_NS,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            r#"{"status":{"phase":"Succeeded"}}"#,
-        ],
+        HOST_NS,
+        &host_pod_name,
+        r#"{"status":{"phase":"Succeeded"}}"#,
     )?;
     poll(
         "the finished pod's address gone from the host Endpoints",

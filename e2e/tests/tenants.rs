@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use e2e::{kubectls, Fabrik, Kubectl};
+use e2e::{kc, kc_ok, kubectls, Fabrik};
 
 fn poll(what: &str, secs: u64, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(secs);
@@ -21,22 +21,6 @@ fn poll(what: &str, secs: u64, mut check: impl FnMut() -> Result<bool>) -> Resul
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-}
-
-fn kc(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<std::process::Output> {
-    Ok(std::process::Command::new(&k.path)
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .output()?)
-}
-
-fn kc_ok(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let out = kc(k, kubeconfig, args)?;
-    if !out.status.success() {
-        bail!("kubectl {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 fn create_tenant(f: &Fabrik, name: &str) -> Result<PathBuf> {
