@@ -160,6 +160,8 @@ pub struct ManagerConfig {
     pub usage_namespace: String,
     /// Where tenant pods reach their tenant's API (put into every synced container), if known.
     pub api_address: Option<syncer::ApiAddress>,
+    /// The nameserver synced pods are given (the tenant DNS on port 53), if any.
+    pub dns_nameserver: Option<String>,
 }
 
 /// The running tenant manager.
@@ -189,6 +191,7 @@ impl TenantManager {
                 fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
             ],
             config.api_address,
+            config.dns_nameserver,
         );
         // The lease loop runs until the manager has stopped its tenants (see `stopped`).
         let sharding = config.shards.map(|shards| {

@@ -5,6 +5,7 @@
 
 mod authn;
 mod control_plane;
+mod dns;
 mod keyspaces;
 mod login;
 mod nodes;

@@ -48,6 +48,22 @@ pub struct NodesArgs {
     /// publishes none.
     #[arg(long, value_name = "SECONDS", default_value_t = 15)]
     usage_publish_interval: u64,
+    /// The pod network as its first two octets `A.B`: node `i`'s pods get `A.B.<i>.x`. A
+    /// network in 127.0.0.0/8 (`127.244`) gives every simulated pod an address tests on this
+    /// machine can send from, as the pod would (to query the tenant DNS, say).
+    #[arg(long, value_name = "A.B", default_value = "10.244", value_parser = parse_pod_network)]
+    pod_network: [u8; 2],
+}
+
+pub(crate) fn parse_pod_network(s: &str) -> Result<[u8; 2], String> {
+    let parts: Vec<&str> = s.split('.').collect();
+    match parts.as_slice() {
+        [a, b] => match (a.parse::<u8>(), b.parse::<u8>()) {
+            (Ok(a), Ok(b)) => Ok([a, b]),
+            _ => Err(format!("{s:?}: expected two octets, as in 10.244")),
+        },
+        _ => Err(format!("{s:?}: expected two octets, as in 10.244")),
+    }
 }
 
 fn parse_model(s: &str) -> Result<node_agent::sim::Model, String> {
@@ -96,6 +112,7 @@ pub async fn run(args: NodesArgs) -> Result<()> {
         args.data_dir.clone(),
     );
     config.scheduler = args.scheduler;
+    config.pod_network = args.pod_network;
     config.usage_publish_interval = Duration::from_secs(args.usage_publish_interval);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let nodes = node_agent::sim::start(client.clone(), config, async move {

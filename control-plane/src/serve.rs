@@ -104,6 +104,9 @@ pub struct ServeArgs {
     /// User authentication (OIDC).
     #[command(flatten)]
     auth: crate::authn::AuthArgs,
+    /// The tenants' cluster DNS.
+    #[command(flatten)]
+    dns: crate::dns::DnsArgs,
 }
 
 /// Errors in what `fabrik serve` is given.
@@ -232,12 +235,13 @@ fn split_name(text: &str) -> Option<(String, String)> {
 }
 
 /// Where tenant pods reach the tenant API through `--api-service`: its ClusterIP and port
-/// (the one named `https`, else the only one), and the names the serving certificate needs.
+/// (the one named `https`, else the only one), the names the serving certificate needs, and
+/// whether it has a port `dns` (UDP 53) to the tenant DNS.
 async fn api_service(
     host: &kube::Client,
     ns: &str,
     name: &str,
-) -> Result<(syncer::ApiAddress, Vec<String>)> {
+) -> Result<(syncer::ApiAddress, Vec<String>, bool)> {
     let full = format!("{ns}/{name}");
     let bad = |why: &str| Error::ApiService {
         service: full.clone(),
@@ -270,7 +274,10 @@ async fn api_service(
         format!("{name}.{ns}.svc"),
         format!("{name}.{ns}.svc.cluster.local"),
     ];
-    Ok((syncer::ApiAddress { host: ip, port }, sans))
+    let dns = ports.iter().any(|p| {
+        p.name.as_deref() == Some("dns") && p.port == 53 && p.protocol.as_deref() == Some("UDP")
+    });
+    Ok((syncer::ApiAddress { host: ip, port }, sans, dns))
 }
 
 /// The host client from the flags (see [`ServeArgs::host_kubeconfig`]) and the host's URL.
@@ -406,13 +413,27 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         version.git_version
     );
     let mut tls_sans = args.tls_sans.clone();
+    let mut dns_nameserver = None;
     let api_address = match &api_service_name {
         Some((ns, name)) => {
-            let (address, sans) = api_service(&host, ns, name).await?;
+            let (address, sans, dns_port) = api_service(&host, ns, name).await?;
             eprintln!(
                 "fabrik: tenant pods reach their API at {}:{} (host Service {ns}/{name})",
                 address.host, address.port
             );
+            match (dns_port, args.dns.dns_listen) {
+                (true, Some(_)) => {
+                    eprintln!("fabrik: tenant pods resolve cluster names at {}:53", address.host);
+                    dns_nameserver = Some(address.host.clone());
+                }
+                (true, None) => eprintln!(
+                    "fabrik: warning: host Service {ns}/{name} has a dns port but no --dns-listen serves it; tenant pods use the host's DNS"
+                ),
+                (false, Some(_)) => eprintln!(
+                    "fabrik: warning: host Service {ns}/{name} has no port dns (UDP 53); tenant pods are not given the tenant DNS"
+                ),
+                (false, None) => {}
+            }
             tls_sans.extend(sans);
             Some(address)
         }
@@ -476,6 +497,11 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         DRAIN,
     ));
 
+    let dns = crate::dns::start(&args.dns, router.clone()).await?;
+    if let Some(d) = &dns {
+        eprintln!("fabrik: tenant DNS on {} (UDP and TCP)", d.local_addr);
+    }
+
     let mut shutdown = stop_rx;
     let manager = TenantManager::start(
         ManagerConfig {
@@ -493,6 +519,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             data_dir: None,
             usage_namespace: args.usage_namespace.clone(),
             api_address,
+            dns_nameserver,
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;
@@ -515,6 +542,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the listener stopped with an error"),
         Ok(_) => {}
         Err(_) => tracing::warn!("the listener did not stop in time"),
+    }
+    if let Some(d) = dns {
+        d.stop();
     }
     drop(backend);
     eprintln!("fabrik: stopped");

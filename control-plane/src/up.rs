@@ -64,6 +64,14 @@ pub struct UpArgs {
     /// User authentication (OIDC).
     #[command(flatten)]
     auth: crate::authn::AuthArgs,
+    /// The simulated pod network as its first two octets `A.B`: node `i`'s pods get
+    /// `A.B.<i>.x`. `127.244` gives every simulated pod an address this machine can send
+    /// from, as the pod would (to query the tenant DNS, say).
+    #[arg(long, value_name = "A.B", default_value = "10.244", value_parser = crate::nodes::parse_pod_network)]
+    pod_network: [u8; 2],
+    /// The tenants' cluster DNS.
+    #[command(flatten)]
+    dns: crate::dns::DnsArgs,
     /// Run the host cluster and nodes only: no Tenant CRD, no tenant manager, no demo tenant
     /// (a plain host for a `fabrik serve` under test).
     #[arg(long, hide = true)]
@@ -128,6 +136,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         gpus_per_node: args.gpus_per_node,
         gpu_model: args.gpu_model,
         usage_publish_interval: Duration::from_secs(args.usage_publish_interval),
+        pod_network: args.pod_network,
     };
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
     std::fs::create_dir_all(&dir)
@@ -182,6 +191,21 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .serve(router.clone(), &cluster.ca)
         .context("cannot serve HTTPS")?;
 
+    let dns = crate::dns::start(&args.dns, router.clone()).await?;
+    // Pods can be given a nameserver only on port 53 (resolv.conf names no port).
+    let dns_nameserver = dns.as_ref().and_then(|d| {
+        if d.local_addr.port() != 53 {
+            return None;
+        }
+        Some(match d.local_addr.ip() {
+            ip if ip.is_unspecified() => "127.0.0.1".to_string(),
+            ip => ip.to_string(),
+        })
+    });
+    if let Some(d) = &dns {
+        eprintln!("fabrik: tenant DNS on {} (UDP and TCP)", d.local_addr);
+    }
+
     // The control plane's host side: the Tenant CRD, the tenant manager, a first tenant.
     let manager = if args.no_tenant_manager {
         eprintln!("fabrik: no tenant manager (--no-tenant-manager): serving the host only");
@@ -211,6 +235,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
                     },
                     port: listen_addr.port(),
                 }),
+                dns_nameserver,
             },
             cluster.server.shutdown_signal(),
         );
@@ -285,6 +310,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
         manager.stopped().await;
     }
     drop(backend);
+    if let Some(d) = dns {
+        d.stop();
+    }
     eprintln!("fabrik: stopped");
     Ok(())
 }
@@ -295,6 +323,7 @@ struct NodeArgs {
     gpus_per_node: u32,
     gpu_model: GpuModel,
     usage_publish_interval: Duration,
+    pod_network: [u8; 2],
 }
 
 /// Starts the simulated GPU nodes and the scheduler over the in-process client (none with
@@ -321,6 +350,7 @@ fn start_nodes(
         dir.join("nodes"),
     );
     config.usage_publish_interval = args.usage_publish_interval;
+    config.pod_network = args.pod_network;
     let nodes = node_agent::sim::start(client, config, shutdown)
         .context("cannot start the simulated GPU nodes")?;
     eprintln!(

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+pub mod dns;
 pub mod etcd;
 pub mod ha;
 pub mod oidc;

@@ -107,6 +107,8 @@ pub struct Config {
     /// Time between writes of the nodes' usage ConfigMaps ([`publish`]); zero publishes
     /// nothing.
     pub usage_publish_interval: Duration,
+    /// The pod network `A.B`: node `i`'s pods get `A.B.<i>.x` (see [`crate::kubelet::ips`]).
+    pub pod_network: [u8; 2],
 }
 
 impl Config {
@@ -123,6 +125,7 @@ impl Config {
             scheduler_interval: Duration::from_millis(200),
             utilization: 0.6,
             usage_publish_interval: publish::DEFAULT_INTERVAL,
+            pod_network: crate::kubelet::ips::PodIps::DEFAULT_NETWORK,
         }
     }
 }
@@ -229,6 +232,7 @@ pub fn start(
                 interval: config.kubelet_interval,
                 gpu_model: config.model.profile_name().to_string(),
                 utilization: config.utilization,
+                pod_network: config.pod_network,
             },
             logs.clone(),
             Some(meter.clone()),

@@ -12,6 +12,9 @@
 //! the tenant's Ingresses are synced, Ingresses ([`crate::ingresses::check_ingress`]).
 //! [`check`] dispatches by resource.
 
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
 use fabrik_api::RESERVED_PREFIX;
 use serde_json::Value;
 
@@ -37,7 +40,33 @@ pub fn check(
     old: Option<&Value>,
     policy: &Policy,
 ) -> Result<(), Vec<String>> {
+    check_with_pods(group, plural, obj, old, policy, &BTreeSet::new())
+}
+
+/// [`check`], where `pod_ips` are addresses the host gave the tenant's pods: an Endpoints or
+/// EndpointSlice address among them is a pod's whatever its range (simulated nodes may give
+/// pods loopback addresses, say). The caller looks them up only when [`check`] refused an
+/// address: a refusal is rare, a lookup per endpoints write is not.
+pub fn check_with_pods(
+    group: &str,
+    plural: &str,
+    obj: &Value,
+    old: Option<&Value>,
+    policy: &Policy,
+    pod_ips: &BTreeSet<IpAddr>,
+) -> Result<(), Vec<String>> {
     if !checks(group, plural, policy) {
+        return Ok(());
+    }
+    let meta = &obj["metadata"];
+    let ns = meta["namespace"].as_str().unwrap_or("");
+    let service = match (group, plural) {
+        ("", "endpoints") => meta["name"].as_str(),
+        ("discovery.k8s.io", "endpointslices") => crate::services::slice_service(obj),
+        _ => None,
+    };
+    // The tenant's `kubernetes` Service names its control plane; it is never synced.
+    if service.is_some_and(|svc| crate::services::is_api_service(ns, svc)) {
         return Ok(());
     }
     match (group, plural) {
@@ -46,8 +75,8 @@ pub fn check(
             None => check_pod(obj, policy),
         },
         ("", "services") => check_service(obj, policy),
-        ("", "endpoints") => check_endpoints(obj),
-        ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj),
+        ("", "endpoints") => check_endpoints(obj, pod_ips),
+        ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj, pod_ips),
         ("networking.k8s.io", "ingresses") => crate::ingresses::check_ingress(obj, policy),
         _ => Ok(()),
     }
@@ -96,13 +125,19 @@ pub fn check_service(svc: &Value, policy: &Policy) -> Result<(), Vec<String>> {
     result(errs)
 }
 
-fn check_ip(text: &str, path: &str, family: Option<&str>, errs: &mut Vec<String>) {
+fn check_ip(
+    text: &str,
+    path: &str,
+    family: Option<&str>,
+    pod_ips: &BTreeSet<IpAddr>,
+    errs: &mut Vec<String>,
+) {
     match addresses::parse_ip(text) {
         None => errs.push(format!(
             "{path}: Invalid value: {text:?}: must be a valid IP address"
         )),
         Some(ip) => {
-            if let Some(why) = addresses::special(ip) {
+            if let Some(why) = addresses::special(ip).filter(|_| !pod_ips.contains(&ip)) {
                 errs.push(format!(
                     "{path}: Invalid value: {text:?}: {why}; not a pod address"
                 ));
@@ -129,7 +164,7 @@ fn check_hostname(v: &Value, path: &str, errs: &mut Vec<String>) {
 /// Checks a tenant Endpoints: every address an IP that could be a pod's (not loopback,
 /// link-local, unspecified, multicast), every hostname a DNS label. Which pods the addresses
 /// are is checked by the syncer, which copies only the tenant's own.
-pub fn check_endpoints(ep: &Value) -> Result<(), Vec<String>> {
+pub fn check_endpoints(ep: &Value, pod_ips: &BTreeSet<IpAddr>) -> Result<(), Vec<String>> {
     let mut errs = Vec::new();
     for (i, s) in ep["subsets"].as_array().into_iter().flatten().enumerate() {
         for list in ["addresses", "notReadyAddresses"] {
@@ -139,6 +174,7 @@ pub fn check_endpoints(ep: &Value) -> Result<(), Vec<String>> {
                     a["ip"].as_str().unwrap_or(""),
                     &format!("{path}.ip"),
                     None,
+                    pod_ips,
                     &mut errs,
                 );
                 check_hostname(&a["hostname"], &format!("{path}.hostname"), &mut errs);
@@ -150,7 +186,7 @@ pub fn check_endpoints(ep: &Value) -> Result<(), Vec<String>> {
 
 /// Checks a tenant EndpointSlice: `IPv4` or `IPv6` addresses that could be a pod's, of the
 /// slice's family. `FQDN` slices (names, which the host would resolve) are refused.
-pub fn check_endpoint_slice(slice: &Value) -> Result<(), Vec<String>> {
+pub fn check_endpoint_slice(slice: &Value, pod_ips: &BTreeSet<IpAddr>) -> Result<(), Vec<String>> {
     let mut errs = Vec::new();
     let family = slice["addressType"].as_str().unwrap_or("");
     match family {
@@ -177,6 +213,7 @@ pub fn check_endpoint_slice(slice: &Value) -> Result<(), Vec<String>> {
                     a.as_str().unwrap_or(""),
                     &format!("endpoints[{i}].addresses[{j}]"),
                     family,
+                    pod_ips,
                     &mut errs,
                 );
             }

@@ -60,6 +60,7 @@ pub mod pods;
 pub mod policy;
 pub mod queue;
 pub mod reconcile;
+pub mod service_ips;
 pub mod services;
 pub mod tokens;
 

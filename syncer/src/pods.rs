@@ -52,6 +52,8 @@ pub struct PodContext<'a> {
     pub tenant: &'a str,
     /// The tenant's policy.
     pub policy: &'a Policy,
+    /// The tenant's Services (those of the pod's namespace become its service links).
+    pub services: &'a [std::sync::Arc<Value>],
 }
 
 /// Tokens are valid this long unless a source asks otherwise (upstream's default).
@@ -120,28 +122,103 @@ fn token_source(vi: usize, si: usize, s: &Value) -> Option<TokenSource> {
 /// Upstream's service environment of the `kubernetes` Service (port name `https`), pointing at
 /// `addr`: what a pod's containers get from the kubelet in a real cluster.
 pub fn api_service_env(addr: &ApiAddress) -> Vec<Value> {
-    let host = &addr.host;
-    let port = addr.port.to_string();
-    // As upstream's net.JoinHostPort: brackets around an IPv6 address.
-    let url = if host.contains(':') {
-        format!("tcp://[{host}]:{port}")
-    } else {
-        format!("tcp://{host}:{port}")
+    let port = ServiceEnvPort {
+        name: Some("https"),
+        port: i64::from(addr.port),
+        protocol: "TCP",
     };
-    let prefix = format!("KUBERNETES_PORT_{port}_TCP");
-    [
-        ("KUBERNETES_SERVICE_HOST".to_string(), host.clone()),
-        ("KUBERNETES_SERVICE_PORT".to_string(), port.clone()),
-        ("KUBERNETES_SERVICE_PORT_HTTPS".to_string(), port.clone()),
-        ("KUBERNETES_PORT".to_string(), url.clone()),
-        (prefix.clone(), url),
-        (format!("{prefix}_PROTO"), "tcp".to_string()),
-        (format!("{prefix}_PORT"), port),
-        (format!("{prefix}_ADDR"), host.clone()),
-    ]
-    .into_iter()
-    .map(|(name, value)| json!({"name": name, "value": value}))
-    .collect()
+    service_env("kubernetes", &addr.host, &[port])
+}
+
+/// One port of a Service, for its environment.
+struct ServiceEnvPort<'a> {
+    name: Option<&'a str>,
+    port: i64,
+    protocol: &'a str,
+}
+
+/// The kubelet's environment of one Service (`<NAME>_SERVICE_HOST`, `<NAME>_SERVICE_PORT`,
+/// `<NAME>_SERVICE_PORT_<PORT NAME>`, and the Docker link variables `<NAME>_PORT`,
+/// `<NAME>_PORT_<port>_<PROTO>[_PROTO|_PORT|_ADDR]`), in the kubelet's order.
+fn service_env(service: &str, ip: &str, ports: &[ServiceEnvPort<'_>]) -> Vec<Value> {
+    let var = |s: &str| s.to_ascii_uppercase().replace('-', "_");
+    let name = var(service);
+    let mut out = vec![(format!("{name}_SERVICE_HOST"), ip.to_string())];
+    if let Some(first) = ports.first() {
+        out.push((format!("{name}_SERVICE_PORT"), first.port.to_string()));
+        for p in ports {
+            if let Some(pname) = p.name.filter(|n| !n.is_empty()) {
+                out.push((
+                    format!("{name}_SERVICE_PORT_{}", var(pname)),
+                    p.port.to_string(),
+                ));
+            }
+        }
+        // As upstream's net.JoinHostPort: brackets around an IPv6 address.
+        let url = |proto: &str, port: i64| {
+            if ip.contains(':') {
+                format!("{proto}://[{ip}]:{port}")
+            } else {
+                format!("{proto}://{ip}:{port}")
+            }
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p.protocol.to_ascii_lowercase();
+            if i == 0 {
+                out.push((format!("{name}_PORT"), url(&proto, p.port)));
+            }
+            let prefix = format!("{name}_PORT_{}_{}", p.port, p.protocol.to_ascii_uppercase());
+            out.push((prefix.clone(), url(&proto, p.port)));
+            out.push((format!("{prefix}_PROTO"), proto));
+            out.push((format!("{prefix}_PORT"), p.port.to_string()));
+            out.push((format!("{prefix}_ADDR"), ip.to_string()));
+        }
+    }
+    out.into_iter()
+        .map(|(name, value)| json!({"name": name, "value": value}))
+        .collect()
+}
+
+/// The kubelet's service links of a pod in namespace `ns`: the environment of every Service of
+/// `services` in that namespace that has a cluster IP, by name. The tenant's own `kubernetes`
+/// Service is left out: [`api_service_env`] is its environment.
+pub fn service_links_env(ns: &str, services: &[std::sync::Arc<Value>]) -> Vec<Value> {
+    let mut mine: Vec<&Value> = services
+        .iter()
+        .map(|s| s.as_ref())
+        .filter(|s| s["metadata"]["namespace"].as_str() == Some(ns))
+        .filter(|s| {
+            let name = s["metadata"]["name"].as_str().unwrap_or("");
+            !crate::services::is_api_service(ns, name)
+        })
+        .filter(|s| {
+            s["spec"]["clusterIP"]
+                .as_str()
+                .is_some_and(|ip| !ip.is_empty() && ip != "None")
+        })
+        .collect();
+    mine.sort_by_key(|s| s["metadata"]["name"].as_str().unwrap_or(""));
+    let mut out = Vec::new();
+    for s in mine {
+        let ports: Vec<ServiceEnvPort<'_>> = s["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|p| {
+                Some(ServiceEnvPort {
+                    name: p["name"].as_str(),
+                    port: p["port"].as_i64()?,
+                    protocol: p["protocol"].as_str().unwrap_or("TCP"),
+                })
+            })
+            .collect();
+        out.extend(service_env(
+            s["metadata"]["name"].as_str().unwrap_or(""),
+            s["spec"]["clusterIP"].as_str().unwrap_or(""),
+            &ports,
+        ));
+    }
+    out
 }
 
 /// Builds the host pod for a tenant pod.
@@ -160,11 +237,20 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
     let metadata = naming::host_metadata(pod, ctx.tenant, naming::tenant_labels(pod), extra);
     let host_name = metadata["name"].as_str().unwrap_or_default();
+    let mut service_env = match &ctx.policy.api_address {
+        Some(addr) => api_service_env(addr),
+        None => Vec::new(),
+    };
+    // The host pod's own links are off (they would name the host namespace's Services).
+    if spec["enableServiceLinks"].as_bool() != Some(false) {
+        service_env.extend(service_links_env(ns, ctx.services));
+    }
     let r = Rewriter {
         ns,
         tenant: ctx.tenant,
         policy: ctx.policy,
         token_secret: naming::token_secret_name(host_name),
+        service_env,
     };
 
     let mut out = Map::new();
@@ -263,6 +349,9 @@ struct Rewriter<'a> {
     policy: &'a Policy,
     /// The host pod's token Secret.
     token_secret: String,
+    /// What every container's environment starts with: the `kubernetes` Service's and the
+    /// service links (the kubelet's service environment, with the tenant's names).
+    service_env: Vec<Value>,
 }
 
 impl Rewriter<'_> {
@@ -307,10 +396,7 @@ impl Rewriter<'_> {
         }
         // The service env first: an entry of the container's own of the same name comes later
         // and wins, as upstream's container env wins over service env.
-        let mut env: Vec<Value> = match &self.policy.api_address {
-            Some(addr) => api_service_env(addr),
-            None => Vec::new(),
-        };
+        let mut env = self.service_env.clone();
         env.extend(
             c["env"]
                 .as_array()
@@ -740,6 +826,7 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
+            services: &[],
         };
         host_pod(pod, &ctx).expect("build")
     }
@@ -982,6 +1069,7 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
+            services: &[],
         };
         let mut pod = two_tokens();
         pod["spec"]["initContainers"] = json!([{"name": "init", "image": "x"}]);
@@ -1048,6 +1136,115 @@ mod tests {
     }
 
     #[test]
+    fn service_links_name_the_namespaces_services_as_the_kubelet_does() {
+        let svc = |ns: &str, name: &str, spec: Value| {
+            std::sync::Arc::new(json!({"metadata": {"namespace": ns, "name": name}, "spec": spec}))
+        };
+        let services = vec![
+            svc(
+                "web",
+                "redis-primary",
+                json!({"clusterIP": "10.96.7.1",
+                "ports": [{"name": "redis", "port": 6379, "protocol": "TCP"},
+                          {"name": "metrics-udp", "port": 9121, "protocol": "UDP"}]}),
+            ),
+            svc(
+                "web",
+                "db",
+                json!({"clusterIP": "fd00::5", "ports": [{"port": 5432}]}),
+            ),
+            svc(
+                "web",
+                "headless",
+                json!({"clusterIP": "None", "ports": [{"port": 80}]}),
+            ),
+            svc(
+                "web",
+                "ext",
+                json!({"type": "ExternalName", "externalName": "example.com"}),
+            ),
+            svc(
+                "other",
+                "elsewhere",
+                json!({"clusterIP": "10.96.7.9", "ports": [{"port": 80}]}),
+            ),
+            svc(
+                "default",
+                "kubernetes",
+                json!({"clusterIP": "10.96.0.1", "ports": [{"port": 443}]}),
+            ),
+        ];
+        let env = service_links_env("web", &services);
+        let pairs: Vec<(String, String)> = env
+            .iter()
+            .map(|e| {
+                let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
+                (s("name"), s("value"))
+            })
+            .collect();
+        let want: Vec<(String, String)> = [
+            ("DB_SERVICE_HOST", "fd00::5"),
+            ("DB_SERVICE_PORT", "5432"),
+            ("DB_PORT", "tcp://[fd00::5]:5432"),
+            ("DB_PORT_5432_TCP", "tcp://[fd00::5]:5432"),
+            ("DB_PORT_5432_TCP_PROTO", "tcp"),
+            ("DB_PORT_5432_TCP_PORT", "5432"),
+            ("DB_PORT_5432_TCP_ADDR", "fd00::5"),
+            ("REDIS_PRIMARY_SERVICE_HOST", "10.96.7.1"),
+            ("REDIS_PRIMARY_SERVICE_PORT", "6379"),
+            ("REDIS_PRIMARY_SERVICE_PORT_REDIS", "6379"),
+            ("REDIS_PRIMARY_SERVICE_PORT_METRICS_UDP", "9121"),
+            ("REDIS_PRIMARY_PORT", "tcp://10.96.7.1:6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP", "tcp://10.96.7.1:6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_PROTO", "tcp"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_PORT", "6379"),
+            ("REDIS_PRIMARY_PORT_6379_TCP_ADDR", "10.96.7.1"),
+            ("REDIS_PRIMARY_PORT_9121_UDP", "udp://10.96.7.1:9121"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_PROTO", "udp"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_PORT", "9121"),
+            ("REDIS_PRIMARY_PORT_9121_UDP_ADDR", "10.96.7.1"),
+        ]
+        .into_iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(pairs, want);
+
+        // In the pod: after the `kubernetes` Service's, before the container's own; none when
+        // the pod turns its links off.
+        let p = Policy {
+            api_address: Some(ApiAddress {
+                host: "10.96.0.10".into(),
+                port: 443,
+            }),
+            ..policy()
+        };
+        let ctx = PodContext {
+            tenant: "a",
+            policy: &p,
+            services: &services,
+        };
+        let mut pod = two_tokens();
+        pod["metadata"]["namespace"] = json!("web");
+        pod["spec"]["containers"][0]["env"] = json!([{"name": "DB_SERVICE_HOST", "value": "x"}]);
+        let h = host_pod(&pod, &ctx).expect("build");
+        let names: Vec<&str> = h["spec"]["containers"][0]["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        assert_eq!(names.first(), Some(&"KUBERNETES_SERVICE_HOST"));
+        assert_eq!(names.get(8), Some(&"DB_SERVICE_HOST"));
+        assert_eq!(names.last(), Some(&"DB_SERVICE_HOST"));
+        assert_eq!(names.len(), 8 + want.len() + 1);
+        assert_eq!(h["spec"]["enableServiceLinks"], false);
+        pod["spec"]["enableServiceLinks"] = json!(false);
+        let h = host_pod(&pod, &ctx).expect("build");
+        let n = h["spec"]["containers"][0]["env"].as_array().map(Vec::len);
+        assert_eq!(n, Some(8 + 1));
+    }
+
+    #[test]
     fn permissive_policy_passes_what_it_allows() {
         let p = Policy {
             allow_privileged: true,
@@ -1059,6 +1256,7 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
+            services: &[],
         };
         let h = host_pod(&hostile(), &ctx).expect("build");
         let s = &h["spec"];
@@ -1079,6 +1277,7 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
+            services: &[],
         };
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c", "image": "x"}]}});
@@ -1097,6 +1296,7 @@ mod tests {
         let ctx = PodContext {
             tenant: "a",
             policy: &p,
+            services: &[],
         };
         // (pointer into the hostile pod, value)
         let table: &[(&str, Value)] = &[

@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{json, Map, Value};
@@ -13,7 +14,9 @@ use crate::kinds::Kind;
 use crate::migrate::Strays;
 use crate::policy::Policy;
 use crate::queue::{Key, Queue};
-use crate::{addresses, events, ingresses, naming, nodes, objects, pods, services, tokens};
+use crate::{
+    addresses, events, ingresses, naming, nodes, objects, pods, service_ips, services, tokens,
+};
 
 /// Errors of one reconcile step (the step is retried).
 #[derive(Debug, thiserror::Error)]
@@ -261,6 +264,7 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         Kind::ConfigMap => Some(objects::host_config_map(obj, t)),
         Kind::Secret => Some(objects::host_secret(obj, t)),
         Kind::PersistentVolumeClaim => Some(objects::host_pvc(obj, t)),
+        Kind::Service if is_api_service_object(obj) => None,
         Kind::Service => Some(services::host_service(
             obj,
             t,
@@ -271,6 +275,73 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         Kind::Ingress => ingresses::host_ingress(obj, t, &ctx.policy),
         Kind::Pod | Kind::Event | Kind::Node => None,
     }
+}
+
+/// How long to leave a host Service copy whose tenant Service does not exist (yet): one made
+/// for a Service being created ([`crate::service_ips`]) is young for a moment.
+fn young_service_copy(kind: Kind, no_tenant_object: bool, host: &Value) -> Option<Duration> {
+    if kind != Kind::Service || !no_tenant_object {
+        return None;
+    }
+    let created = host["metadata"]["creationTimestamp"]
+        .as_str()?
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()?;
+    let age = k8s_openapi::jiff::Timestamp::now().duration_since(created);
+    let grace = k8s_openapi::jiff::SignedDuration::try_from(service_ips::ORPHAN_GRACE).ok()?;
+    (age < grace)
+        .then(|| Duration::try_from(grace - age).ok())
+        .flatten()
+        .map(|d| d.min(service_ips::ORPHAN_GRACE) + Duration::from_millis(100))
+}
+
+/// Creates a host Service copy; when the host refuses the address it asks for (the tenant's,
+/// which is not free there), once more without one, and says so in the tenant.
+async fn create_service_copy(ctx: &Context, mut want: Value) -> Result<(), Error> {
+    match ctx.host_create(Kind::Service, &want).await {
+        Err(Error::Host {
+            source: kube::Error::Api(s),
+            ..
+        }) if s.code == 422 && want["spec"]["clusterIP"].is_string() => {
+            let asked = want["spec"]["clusterIP"].as_str().unwrap_or("").to_string();
+            if let Some(o) = want["spec"].as_object_mut() {
+                o.remove("clusterIP");
+            }
+            ctx.host_create(Kind::Service, &want).await?;
+            let Some(origin) = naming::origin(&want) else {
+                return Ok(());
+            };
+            let (ns, name, uid) = (&origin.namespace, &origin.name, &origin.uid);
+            let message = format!(
+                "the host cannot give this Service its address {asked} ({}); its pods reach it at \
+                 another one until it is created again",
+                s.message
+            );
+            report(
+                ctx,
+                Kind::Service,
+                ns,
+                name,
+                uid,
+                REASON_CLUSTER_IP,
+                &message,
+            )
+            .await
+            .map(|_| ())
+        }
+        other => other,
+    }
+}
+
+/// The Event reason of a Service whose address the host could not give its copy.
+pub const REASON_CLUSTER_IP: &str = "ClusterIPNotOnHost";
+
+fn is_api_service_object(obj: &Value) -> bool {
+    let meta = &obj["metadata"];
+    services::is_api_service(
+        meta["namespace"].as_str().unwrap_or(""),
+        meta["name"].as_str().unwrap_or(""),
+    )
 }
 
 /// The host copy of a tenant Endpoints / EndpointSlice with the addresses left out of it;
@@ -286,7 +357,7 @@ fn address_copy(ctx: &Context, kind: Kind, obj: &Value) -> Option<services::Buil
         Kind::Endpoints => obj["metadata"]["name"].as_str(),
         _ => services::slice_service(obj),
     }?;
-    if !selectorless_service(service) {
+    if services::is_api_service(ns, service) || !selectorless_service(service) {
         return None;
     }
     let host_pods = ctx.hcache(Kind::Pod).map(|c| c.list()).unwrap_or_default();
@@ -431,8 +502,22 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
         return Ok(());
     }
     match (want, host.as_deref()) {
-        (None, Some(_)) => ctx.host_delete(kind, &hname, None).await,
+        (None, Some(h)) => {
+            if let Some(wait) = young_service_copy(kind, tobj.is_none(), h) {
+                ctx.queue.push_after(
+                    Key {
+                        kind,
+                        namespace: ns.to_string(),
+                        name: name.to_string(),
+                    },
+                    wait,
+                );
+                return Ok(());
+            }
+            ctx.host_delete(kind, &hname, None).await
+        }
         (None, None) => Ok(()),
+        (Some(w), None) if kind == Kind::Service => create_service_copy(ctx, w).await,
         (Some(w), None) => ctx.host_create(kind, &w).await,
         (Some(mut w), Some(h)) => {
             if !up_to_date(h, &w) {
@@ -604,9 +689,14 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             );
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
+        let services = ctx
+            .tcache(Kind::Service)
+            .map(|c| c.list())
+            .unwrap_or_default();
         let pctx = pods::PodContext {
             tenant: &ctx.tenant,
             policy: &ctx.policy,
+            services: &services,
         };
         let want = match pods::host_pod(&tpod, &pctx) {
             Ok(want) => want,

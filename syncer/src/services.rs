@@ -2,9 +2,10 @@
 //!
 //! A Service's selector is rewritten to match the host pods of the same tenant namespace (the
 //! tenant's labels plus `fabrik.dev/tenant` and `fabrik.dev/namespace`), so it can never select
-//! another tenant's pods or pods of another namespace. What the tenant chose of the host's
-//! address space is never copied: `clusterIP` / `clusterIPs` (the host allocates its own; only
-//! headless `None` is kept), `externalIPs`, `loadBalancerIP`, `loadBalancerSourceRanges`,
+//! another tenant's pods or pods of another namespace. The cluster IP is the host's: a tenant
+//! Service takes its address from its host copy ([`crate::service_ips`]), so a new copy asks
+//! the host for the tenant's address and the host refuses one that is not free. What else the
+//! tenant chose of the host's address space is never copied: `externalIPs`, `loadBalancerIP`, `loadBalancerSourceRanges`,
 //! `loadBalancerClass`, node ports, `healthCheckNodePort`, `externalTrafficPolicy`, and none of
 //! the tenant's annotations (load-balancer controllers read addresses from them). An
 //! `ExternalName` Service is copied as such only when its name is on the Tenant's
@@ -121,10 +122,25 @@ pub fn host_service(
     if spec["clusterIP"].as_str() == Some("None") {
         out.insert("clusterIP".into(), json!("None"));
     } else if let Some(ip) = host_cluster_ip.filter(|ip| ip.is_string()) {
-        // The host's own allocation (immutable), never the tenant's.
+        // The host's allocation (immutable).
         out.insert("clusterIP".into(), ip.clone());
+    } else if let Some(ip) = spec["clusterIP"]
+        .as_str()
+        .filter(|ip| addresses::parse_ip(ip).is_some())
+    {
+        // A new copy asks for the tenant's address, which came from the host (see
+        // [`crate::service_ips`]): the copy made when the Service was created and deleted
+        // before the tenant stored it, or a Service of a tenant from before. The host refuses
+        // an address that is not free; the copy is then made without one.
+        out.insert("clusterIP".into(), json!(ip));
     }
     json!({"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": out})
+}
+
+/// Whether `ns/name` is the tenant's `kubernetes` Service (or its Endpoints / EndpointSlice):
+/// the tenant's own API, which its control plane keeps; never copied to the host.
+pub fn is_api_service(ns: &str, name: &str) -> bool {
+    ns == "default" && name == "kubernetes"
 }
 
 /// Whether a tenant Service has a selector (its endpoints then come from the host).
@@ -373,8 +389,14 @@ mod tests {
         }
         assert_eq!(s["clusterIP"], "10.100.0.7");
         assert_eq!(h["metadata"]["name"], "web-x-prod-x-a");
-        // Before the host allocated one, the tenant's cluster IP is not asked for either.
+        // A new copy asks for the tenant's address (which the host gave it: see
+        // `service_ips`); the host refuses one that is not free. Nothing that is no address
+        // is asked for.
         let first = host_service(&svc, "a", None, &Policy::default());
+        assert_eq!(first["spec"]["clusterIP"], svc["spec"]["clusterIP"]);
+        let mut odd = svc.clone();
+        odd["spec"]["clusterIP"] = json!("10.96.0.0/12");
+        let first = host_service(&odd, "a", None, &Policy::default());
         assert!(first["spec"].get("clusterIP").is_none());
     }
 

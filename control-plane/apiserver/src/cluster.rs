@@ -93,7 +93,10 @@ impl Cluster {
         if settings.auth.client_ca_pem.is_none() {
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
         }
-        let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
+        let registry = Arc::new(
+            Registry::new(store, Arc::new(Catalog::builtin()))
+                .with_service_ips(settings.service_ips.clone()),
+        );
         bootstrap(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry).await?;
         // Serve the CRDs that exist before answering anything, so their objects are reachable
@@ -131,8 +134,10 @@ impl Cluster {
             server.clone(),
             crate::client::controller_identity("controller-manager"),
         );
-        let mut controllers =
-            fabrik_controllers::Config::for_server_address(&server.settings.server_address);
+        let mut controllers = match server.settings.pod_api_address {
+            Some(addr) => fabrik_controllers::Config::for_pod_api_address(addr),
+            None => fabrik_controllers::Config::for_server_address(&server.settings.server_address),
+        };
         controllers.root_ca_pem = server.settings.root_ca_pem.clone();
         tasks.push(tokio::spawn(fabrik_controllers::run_with(
             client,

@@ -36,6 +36,7 @@ pub mod resources;
 pub mod reviews;
 pub mod router;
 pub mod server;
+pub mod service_ips;
 pub mod strategy;
 pub mod table;
 

@@ -151,6 +151,8 @@ pub struct Router {
     verifier: Arc<ClientCerts>,
     /// The seats the tenants share (see [`crate::fairness`]).
     fairness: Arc<Fairness>,
+    /// Counts changes of the tenants served (see [`Router::changes`]).
+    changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl Router {
@@ -161,6 +163,7 @@ impl Router {
             tenants: RwLock::new(Tenants::default()),
             verifier: Arc::new(ClientCerts::new()),
             fairness: Fairness::new(FairnessSettings::default()),
+            changes: tokio::sync::watch::Sender::new(0),
         }))
     }
 
@@ -173,6 +176,7 @@ impl Router {
             tenants: RwLock::new(Tenants::default()),
             verifier: Arc::new(ClientCerts::new()),
             fairness: Fairness::new(FairnessSettings::default()),
+            changes: tokio::sync::watch::Sender::new(0),
         })
     }
 
@@ -209,13 +213,38 @@ impl Router {
                 },
             );
         }
+        self.changed();
         Ok(())
     }
 
     /// Stops serving a tenant; returns its API server if it was served.
     pub fn remove_tenant(&self, name: &str) -> Option<Arc<ApiServer>> {
         let removed = self.tenants.write().ok().and_then(|mut t| t.remove(name));
+        self.changed();
         removed.map(|t| t.server)
+    }
+
+    fn changed(&self) {
+        self.changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Changes whenever a tenant is added or removed (or its server replaced): for whatever
+    /// follows the tenants this process serves ([`Router::tenant_servers`]).
+    pub fn changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changes.subscribe()
+    }
+
+    /// The tenants served and the API server serving each.
+    pub fn tenant_servers(&self) -> Vec<(String, Arc<ApiServer>)> {
+        self.tenants
+            .read()
+            .map(|t| {
+                t.by_name
+                    .iter()
+                    .map(|(name, target)| (name.clone(), target.server.clone()))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Stops serving a tenant only if `server` is what serves it (another server routed
@@ -229,6 +258,8 @@ impl Router {
             .is_some_and(|target| Arc::ptr_eq(&target.server, server))
         {
             t.remove(name);
+            drop(t);
+            self.changed();
             return true;
         }
         false

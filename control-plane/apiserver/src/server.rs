@@ -121,6 +121,12 @@ pub struct Settings {
     /// The CA bundle that verifies the serving certificate clients of this cluster see,
     /// published as `kube-root-ca.crt` in every namespace (none: not published).
     pub root_ca_pem: Option<String>,
+    /// Where the cluster's Service IPs come from when not from its own range.
+    pub service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
+    /// The address the cluster's pods reach its API at: the `kubernetes` Service's cluster IP
+    /// and port, and its endpoint. None: the Service (10.96.0.1:443) points at the listener in
+    /// `server_address`, where that is an IP address.
+    pub pod_api_address: Option<std::net::SocketAddr>,
 }
 
 impl Default for Settings {
@@ -133,6 +139,8 @@ impl Default for Settings {
             max_watches_per_user: DEFAULT_WATCHES_PER_USER,
             max_watches: DEFAULT_WATCHES,
             root_ca_pem: None,
+            service_ips: None,
+            pod_api_address: None,
         }
     }
 }

@@ -1,12 +1,13 @@
-//! The `kubernetes` Service in `default`: ClusterIP 10.96.0.1, port 443 (`https`) → the API
-//! server's address, with its Endpoints and EndpointSlice (named `kubernetes`), as
-//! kube-apiserver keeps them. Recreated when deleted, corrected when changed.
+//! The `kubernetes` Service in `default`: by default ClusterIP 10.96.0.1, port 443 (`https`) →
+//! the API server's address, with its Endpoints and EndpointSlice (named `kubernetes`), as
+//! kube-apiserver keeps them; a tenant cluster's names the address its pods reach it at.
+//! Recreated when deleted, corrected when changed.
 //!
-//! Runs only when the caller knows the API server's address ([`crate::Config::api_endpoint`]).
+//! Runs only when the caller knows that address ([`crate::Config::api_service`]).
 //! Woken by changes to the `default` namespace and to the three objects.
 
 use std::future::Future;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -30,8 +31,40 @@ use crate::shared::{shutdown, Context};
 pub const NAMESPACE: &str = "default";
 /// Its name.
 pub const NAME: &str = "kubernetes";
-/// Its cluster IP (the first of 10.96.0.0/12).
-pub const CLUSTER_IP: &str = "10.96.0.1";
+/// Its cluster IP by default (the first of 10.96.0.0/12).
+pub const CLUSTER_IP: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(10, 96, 0, 1));
+
+/// What the Service says: its cluster IP and port, and the endpoint behind them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiService {
+    /// The Service's cluster IP.
+    pub cluster_ip: IpAddr,
+    /// The Service's port (`https`).
+    pub port: u16,
+    /// The API server's address (the Endpoints and EndpointSlice).
+    pub endpoint: SocketAddr,
+}
+
+impl ApiService {
+    /// As kube-apiserver: 10.96.0.1:443 → the API server at `endpoint`.
+    pub fn default_for(endpoint: SocketAddr) -> ApiService {
+        ApiService {
+            cluster_ip: CLUSTER_IP,
+            port: 443,
+            endpoint,
+        }
+    }
+
+    /// A Service that is itself the endpoint: pods reach the API at `addr` (a Service of the
+    /// host in front of the control plane, for a tenant cluster).
+    pub fn at(addr: SocketAddr) -> ApiService {
+        ApiService {
+            cluster_ip: addr.ip(),
+            port: addr.port(),
+            endpoint: addr,
+        }
+    }
+}
 
 /// Errors of this controller.
 #[derive(Debug, thiserror::Error)]
@@ -50,7 +83,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// Runs the controller until `shutdown` resolves.
 pub async fn run(
     client: kube::Client,
-    endpoint: (IpAddr, u16),
+    api: ApiService,
     shutdown_signal: impl Future<Output = ()> + Send + 'static,
 ) {
     let ctx = Context::new(client.clone(), "kubernetes-service-controller");
@@ -76,7 +109,7 @@ pub async fn run(
     )
     .graceful_shutdown_on(shutdown(shutdown_signal))
     .run(
-        move |ns, ctx| reconcile(ns, ctx, endpoint),
+        move |ns, ctx| reconcile(ns, ctx, api),
         |ns, e, ctx: Arc<Context>| ctx.failed(ns.as_ref(), e),
         ctx,
     )
@@ -93,7 +126,7 @@ fn meta() -> ObjectMeta {
 }
 
 /// The Service as kube-apiserver writes it.
-pub fn service(port: u16) -> Service {
+pub fn service(api: &ApiService) -> Service {
     Service {
         metadata: ObjectMeta {
             labels: Some(
@@ -107,13 +140,13 @@ pub fn service(port: u16) -> Service {
         },
         spec: Some(ServiceSpec {
             type_: Some("ClusterIP".into()),
-            cluster_ip: Some(CLUSTER_IP.into()),
+            cluster_ip: Some(api.cluster_ip.to_string()),
             session_affinity: Some("None".into()),
             ports: Some(vec![ServicePort {
                 name: Some("https".into()),
-                port: 443,
+                port: i32::from(api.port),
                 protocol: Some("TCP".into()),
-                target_port: Some(IntOrString::Int(i32::from(port))),
+                target_port: Some(IntOrString::Int(i32::from(api.endpoint.port()))),
                 ..ServicePort::default()
             }]),
             ..ServiceSpec::default()
@@ -177,11 +210,7 @@ pub fn slice(ip: IpAddr, port: u16) -> EndpointSlice {
     }
 }
 
-async fn reconcile(
-    ns: Arc<Namespace>,
-    ctx: Arc<Context>,
-    (ip, port): (IpAddr, u16),
-) -> Result<Action> {
+async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>, api: ApiService) -> Result<Action> {
     if ns.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
     }
@@ -189,13 +218,26 @@ async fn reconcile(
     let pp = PostParams::default();
 
     let services: Api<Service> = Api::namespaced(client.clone(), NAMESPACE);
-    let want = service(port);
+    let want = service(&api);
+    let (ip, port) = (api.endpoint.ip(), api.endpoint.port());
     match services
         .get_opt(NAME)
         .await
         .map_err(|e| Error::Get("service", e))?
     {
         None => create(&services, &want, "service").await?,
+        // The cluster IP cannot change: a Service with another one is replaced.
+        Some(have)
+            if have.spec.as_ref().and_then(|s| s.cluster_ip.as_deref())
+                != want.spec.as_ref().and_then(|s| s.cluster_ip.as_deref()) =>
+        {
+            match services.delete(NAME, &Default::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(Error::Write("service", e)),
+            }
+            create(&services, &want, "service").await?;
+        }
         Some(have) => {
             let (h, w) = (
                 have.spec.clone().unwrap_or_default(),
@@ -272,9 +314,9 @@ mod tests {
     #[test]
     fn objects_point_at_the_api_server() {
         let ip: IpAddr = "127.0.0.1".parse().expect("ip");
-        let s = service(6443);
+        let s = service(&ApiService::default_for(SocketAddr::new(ip, 6443)));
         let spec = s.spec.expect("spec");
-        assert_eq!(spec.cluster_ip.as_deref(), Some(CLUSTER_IP));
+        assert_eq!(spec.cluster_ip.as_deref(), Some("10.96.0.1"));
         let ports = spec.ports.expect("ports");
         assert_eq!(ports[0].port, 443);
         assert_eq!(ports[0].target_port, Some(IntOrString::Int(6443)));
@@ -287,5 +329,15 @@ mod tests {
         assert_eq!(subset.ports.as_ref().map(|p| p[0].port), Some(6443));
         let sl = slice("::1".parse().expect("ip"), 6443);
         assert_eq!(sl.address_type, "IPv6");
+    }
+
+    #[test]
+    fn a_tenant_service_is_its_own_endpoint() {
+        let addr: SocketAddr = "10.100.4.7:443".parse().expect("addr");
+        let spec = service(&ApiService::at(addr)).spec.expect("spec");
+        assert_eq!(spec.cluster_ip.as_deref(), Some("10.100.4.7"));
+        let ports = spec.ports.expect("ports");
+        assert_eq!(ports[0].port, 443);
+        assert_eq!(ports[0].target_port, Some(IntOrString::Int(443)));
     }
 }

@@ -14,7 +14,7 @@
 //!    ├── cronjob      CronJob → Jobs at scheduled times (woken at the next time, no polling)
 //!    ├── resourcequota    ResourceQuota ← what its namespace uses (`status.used`)
 //!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
-//!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_endpoint)
+//!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_service)
 //!    ├── root_ca      `kube-root-ca.crt` in every namespace (with Config::root_ca_pem)
 //!    └── serviceaccount   a `default` ServiceAccount in every namespace
 //! ```
@@ -55,9 +55,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 /// What the controllers need to know about the server they run in.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Config {
-    /// The API server's address for the `kubernetes` Service's endpoints; without it that
-    /// Service is not managed.
-    pub api_endpoint: Option<(IpAddr, u16)>,
+    /// What the `kubernetes` Service says; without it that Service is not managed.
+    pub api_service: Option<kubernetes_service::ApiService>,
     /// The CA bundle that verifies the API server's serving certificate, published as
     /// `kube-root-ca.crt` in every namespace; without it no ConfigMap is published.
     pub root_ca_pem: Option<String>,
@@ -72,7 +71,18 @@ impl Config {
             ip => ip,
         };
         Config {
-            api_endpoint: Some((ip, addr.port())),
+            api_service: Some(kubernetes_service::ApiService::default_for(
+                SocketAddr::new(ip, addr.port()),
+            )),
+            root_ca_pem: None,
+        }
+    }
+
+    /// A config for a cluster whose pods reach its API at `addr`, which the `kubernetes`
+    /// Service then names as its cluster IP, port and endpoint.
+    pub fn for_pod_api_address(addr: SocketAddr) -> Config {
+        Config {
+            api_service: Some(kubernetes_service::ApiService::at(addr)),
             root_ca_pem: None,
         }
     }
@@ -104,8 +114,8 @@ pub async fn run_with(
     let api_service = {
         let (client, shutdown) = (client.clone(), shutdown.clone());
         async move {
-            if let Some(endpoint) = config.api_endpoint {
-                kubernetes_service::run(client, endpoint, shutdown).await;
+            if let Some(api) = config.api_service {
+                kubernetes_service::run(client, api, shutdown).await;
             }
         }
     };

@@ -61,7 +61,10 @@ impl Follower {
         settings: Settings,
         admission: Vec<Arc<dyn Admission>>,
     ) -> Result<Follower, Error> {
-        let registry = Arc::new(Registry::new(store, Arc::new(Catalog::builtin())));
+        let registry = Arc::new(
+            Registry::new(store, Arc::new(Catalog::builtin()))
+                .with_service_ips(settings.service_ips.clone()),
+        );
         let mut crds = CrdController::default();
         crds.reconcile_all(&registry)
             .await

@@ -110,6 +110,8 @@ pub struct Runtime {
     pub reserved_namespaces: Vec<String>,
     /// Where tenant pods reach their tenant's API (see [`syncer::ApiAddress`]).
     pub api_address: Option<syncer::ApiAddress>,
+    /// The nameserver synced pods are given (the tenant DNS), if any.
+    pub dns_nameserver: Option<String>,
 }
 
 impl Runtime {
@@ -125,6 +127,7 @@ impl Runtime {
         host: Client,
         reserved_namespaces: Vec<String>,
         api_address: Option<syncer::ApiAddress>,
+        dns_nameserver: Option<String>,
     ) -> Arc<Runtime> {
         Arc::new(Runtime {
             router,
@@ -142,6 +145,7 @@ impl Runtime {
             usage_history: Arc::new(super::usage::History::default()),
             reserved_namespaces,
             api_address,
+            dns_nameserver,
         })
     }
 
@@ -493,6 +497,72 @@ impl SyncerAdmission {
     }
 }
 
+/// The tenant's addresses on the host: its Service IPs are its host copies', and its pods reach
+/// its API at the control plane's Service (the tenant's `kubernetes` Service).
+fn with_host_addresses(settings: &mut fabrik_apiserver::Settings, ctx: &Ctx, tenant: &str) {
+    settings.service_ips = Some(Arc::new(HostServiceIps {
+        host: ctx.host.clone(),
+        tenant: tenant.to_string(),
+        host_namespace: host_namespace(tenant),
+    }));
+    settings.pod_api_address = ctx.rt.api_address.as_ref().and_then(|a| {
+        let ip = a.host.parse::<std::net::IpAddr>().ok()?;
+        Some(std::net::SocketAddr::new(ip, a.port))
+    });
+}
+
+/// A tenant's Service IPs come from its host copies (see [`syncer::service_ips`]).
+struct HostServiceIps {
+    host: Client,
+    tenant: String,
+    host_namespace: String,
+}
+
+impl std::fmt::Debug for HostServiceIps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostServiceIps")
+            .field("tenant", &self.tenant)
+            .field("host_namespace", &self.host_namespace)
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait::async_trait]
+impl fabrik_apiserver::service_ips::ServiceIps for HostServiceIps {
+    async fn allocate(
+        &self,
+        svc: &serde_json::Value,
+    ) -> Result<Option<String>, fabrik_apiserver::ApiError> {
+        use syncer::service_ips::Error as E;
+        let name = svc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        syncer::service_ips::reserve(&self.host, &self.tenant, &self.host_namespace, svc)
+            .await
+            .map_err(|e| match e {
+                E::Refused(message) => fabrik_apiserver::ApiError::Invalid {
+                    kind: "Service".into(),
+                    group: String::new(),
+                    name,
+                    causes: vec![fabrik_machinery::validation::FieldError::invalid(
+                        "spec.clusterIPs",
+                        svc["spec"]["clusterIP"].as_str().unwrap_or(""),
+                        &message,
+                    )],
+                },
+                E::Deleting => fabrik_apiserver::ApiError::Conflict {
+                    resource: fabrik_apiserver::GroupResource {
+                        group: String::new(),
+                        resource: "services".into(),
+                    },
+                    name,
+                    message: e.to_string(),
+                },
+                E::Taken(_) | E::Host(_) => fabrik_apiserver::ApiError::Internal(format!(
+                    "failed to allocate a cluster IP: {e}"
+                )),
+            })
+    }
+}
+
 /// A running tenant's syncer and what it was started with, so that a spec change restarts it.
 struct SyncerRun {
     policy: syncer::Policy,
@@ -524,7 +594,15 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
             fabrik_apiserver::admission::Operation::Update => old,
             fabrik_apiserver::admission::Operation::Create => None,
         };
-        syncer::admission::check(group, plural, obj, old, &policy)
+        let mut checked = syncer::admission::check(group, plural, obj, old, &policy);
+        if checked.is_err() && matches!(plural, "endpoints" | "endpointslices") {
+            // Addresses the host gave this tenant's pods are pods' addresses, whatever their
+            // range; looked up only when an address was refused.
+            let pod_ips = namespace_pod_ips(req).await?;
+            checked =
+                syncer::admission::check_with_pods(group, plural, obj, old, &policy, &pod_ips);
+        }
+        checked
             .map(|()| fabrik_apiserver::admission::Verdict::ok())
             .map_err(|reasons| {
                 let name = obj["metadata"]["name"].as_str().unwrap_or("");
@@ -534,6 +612,24 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
                 ))
             })
     }
+}
+
+/// The IPs of the pods of the request's namespace (in their status).
+async fn namespace_pod_ips(
+    req: &fabrik_apiserver::admission::Request<'_>,
+) -> Result<std::collections::BTreeSet<std::net::IpAddr>, fabrik_apiserver::ApiError> {
+    let (Some(ns), Some(def)) = (req.namespace, req.registry.resource("", "v1", "pods")) else {
+        return Ok(Default::default());
+    };
+    let pods = req
+        .registry
+        .list(&def, Some(ns), &Default::default())
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .flat_map(syncer::addresses::pod_ips)
+        .collect())
 }
 
 /// Starts the tenant's syncer; it stops with the tenant's API server or when the returned
@@ -616,6 +712,7 @@ async fn restart_syncer_if_changed(rt: &Runtime, name: &str, tenant: &Tenant) {
 fn tenant_policy(rt: &Runtime, tenant: &Tenant) -> syncer::Policy {
     let mut policy = policy_of(tenant);
     policy.api_address = rt.api_address.clone();
+    policy.dns_nameserver = rt.dns_nameserver.clone();
     policy
 }
 
@@ -737,6 +834,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             // Clients verify the tenant's server with the serving CA (the tenant's own CA
             // issues only its client certificates).
             settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
+            with_host_addresses(&mut settings, ctx, &name);
             let cluster = Cluster::start(store, ca_copy, settings).await?;
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
@@ -1037,6 +1135,8 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> =
         vec![admission, quota, Arc::new(ResourceQuotaAdmission::exact())];
     let rt = &ctx.rt;
+    let mut settings = rt.settings.clone();
+    with_host_addresses(&mut settings, ctx, &name);
     let followed = shards
         .follow(
             tenant,
@@ -1044,7 +1144,7 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
             &rt.router,
             &rt.backend,
             &keyspace(&name),
-            &rt.settings,
+            &settings,
             &rt.public_url,
             admission,
         )

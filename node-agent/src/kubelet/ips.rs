@@ -1,5 +1,7 @@
-//! Pod IPs of one simulated node: node `i` owns `10.244.<i>.0/24` and hands out `.2`–`.254`,
-//! lowest free first; released addresses are reused.
+//! Pod IPs of one simulated node: node `i` of pod network `A.B` (by default 10.244) owns
+//! `A.B.<i>.0/24` and hands out `.2`–`.254`, lowest free first; released addresses are reused.
+//! (A pod network in 127.0.0.0/8 makes every simulated pod's address one a test on the same
+//! machine can send from, as the pod would.)
 
 use std::collections::BTreeSet;
 use std::net::Ipv4Addr;
@@ -7,14 +9,19 @@ use std::net::Ipv4Addr;
 /// The pod address range of one node.
 #[derive(Clone, Debug)]
 pub struct PodIps {
+    network: [u8; 2],
     subnet: u8,
     used: BTreeSet<u8>,
 }
 
 impl PodIps {
-    /// The range of node `index` (0-based, at most 255 nodes).
-    pub fn new(index: u8) -> PodIps {
+    /// The default pod network, 10.244.0.0/16.
+    pub const DEFAULT_NETWORK: [u8; 2] = [10, 244];
+
+    /// The range of node `index` (0-based, at most 255 nodes) in pod network `A.B`.
+    pub fn new(network: [u8; 2], index: u8) -> PodIps {
         PodIps {
+            network,
             subnet: index,
             used: BTreeSet::new(),
         }
@@ -24,7 +31,7 @@ impl PodIps {
     pub fn owns(&self, ip: &str) -> Option<u8> {
         let ip: Ipv4Addr = ip.parse().ok()?;
         let [a, b, c, d] = ip.octets();
-        (a == 10 && b == 244 && c == self.subnet && (2..=254).contains(&d)).then_some(d)
+        ([a, b] == self.network && c == self.subnet && (2..=254).contains(&d)).then_some(d)
     }
 
     /// Marks an address (already in a pod's status) as taken.
@@ -42,7 +49,8 @@ impl PodIps {
     pub fn allocate(&mut self) -> Option<String> {
         let d = (2..=254u8).find(|d| !self.used.contains(d))?;
         self.used.insert(d);
-        Some(Ipv4Addr::new(10, 244, self.subnet, d).to_string())
+        let [a, b] = self.network;
+        Some(Ipv4Addr::new(a, b, self.subnet, d).to_string())
     }
 
     /// Returns an address.
@@ -59,7 +67,7 @@ mod tests {
 
     #[test]
     fn allocate_release_reuse() {
-        let mut ips = PodIps::new(1);
+        let mut ips = PodIps::new(PodIps::DEFAULT_NETWORK, 1);
         assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
         assert_eq!(ips.allocate().as_deref(), Some("10.244.1.3"));
         ips.release("10.244.1.2");
@@ -70,5 +78,8 @@ mod tests {
             ips.allocate();
         }
         assert_eq!(ips.allocate(), None);
+        let mut lo = PodIps::new([127, 244], 3);
+        assert_eq!(lo.allocate().as_deref(), Some("127.244.3.2"));
+        assert!(!lo.reserve("10.244.3.9"));
     }
 }

@@ -72,6 +72,8 @@ pub struct Config {
     pub gpu_model: String,
     /// Simulated GPU utilization (0..=1) for metering.
     pub utilization: f64,
+    /// The pod network `A.B` (this node's pods get `A.B.<node index>.x`).
+    pub pod_network: [u8; 2],
 }
 
 /// How often the Node's registration is re-checked.
@@ -95,7 +97,7 @@ pub struct Kubelet {
 impl Kubelet {
     /// A kubelet for `config.shape`, recording logs into `logs`.
     pub fn new(client: Client, config: Config, logs: LogStore, meter: Option<Meter>) -> Kubelet {
-        let ips = PodIps::new(config.shape.index);
+        let ips = PodIps::new(config.pod_network, config.shape.index);
         Kubelet {
             client,
             config,

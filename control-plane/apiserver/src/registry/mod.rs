@@ -180,6 +180,7 @@ pub struct Registry {
     store: Arc<dyn Store>,
     catalog: Arc<Catalog>,
     admission: Chain,
+    service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
 }
 
 /// Which part of an object a write addresses.
@@ -270,7 +271,17 @@ impl Registry {
             store,
             catalog,
             admission: Chain::standard(),
+            service_ips: None,
         }
+    }
+
+    /// The registry with Service IPs from `source` (see [`crate::service_ips`]).
+    pub fn with_service_ips(
+        mut self,
+        source: Option<Arc<dyn crate::service_ips::ServiceIps>>,
+    ) -> Registry {
+        self.service_ips = source;
+        self
     }
 
     /// Adds an admission plugin at the end of the chain.
@@ -460,6 +471,8 @@ impl Registry {
                 .allocate(
                     &StrategyContext {
                         store: self.store.as_ref(),
+                        service_ips: self.service_ips.as_deref(),
+                        dry_run: opts.dry_run,
                     },
                     &mut candidate,
                     None,
@@ -960,6 +973,8 @@ impl Registry {
             .allocate(
                 &StrategyContext {
                     store: self.store.as_ref(),
+                    service_ips: self.service_ips.as_deref(),
+                    dry_run: opts.dry_run,
                 },
                 &mut new,
                 Some(old),

@@ -102,6 +102,10 @@ impl Column {
 pub struct StrategyContext<'a> {
     /// The cluster's store.
     pub store: &'a dyn Store,
+    /// Where Service IPs come from when not from the cluster's own range.
+    pub service_ips: Option<&'a dyn crate::service_ips::ServiceIps>,
+    /// A dry run: nothing may be reserved outside the store.
+    pub dry_run: bool,
 }
 
 /// Per-kind behaviour. Every method has the behaviour of a plain kind as default.

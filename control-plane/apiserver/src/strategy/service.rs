@@ -138,7 +138,35 @@ impl Strategy for ServiceStrategy {
                 }
             }
         }
-        if ty != "ExternalName" {
+        let kept = old.is_some_and(|o| {
+            o["spec"]["clusterIP"].is_string() && o["spec"]["clusterIP"] == obj["spec"]["clusterIP"]
+        });
+        // Addresses come from the source (a dry run reserves nothing there: it takes the
+        // cluster's own range).
+        let source = ctx.service_ips.filter(|_| !ctx.dry_run);
+        if let Some(source) =
+            source.filter(|_| !kept && ty != "ExternalName" && obj["spec"]["clusterIP"] != "None")
+        {
+            // Checked before anything is reserved outside this cluster.
+            let causes = self.validate(obj);
+            if !causes.is_empty() {
+                return Err(ApiError::Invalid {
+                    kind: "Service".into(),
+                    group: String::new(),
+                    name: name_of(obj).to_string(),
+                    causes,
+                });
+            }
+            if let Some(ip) = source.allocate(obj).await? {
+                obj["spec"]["clusterIP"] = json!(ip);
+            }
+        }
+        if source.is_some() && ty != "ExternalName" {
+            if let Some(ip) = obj["spec"]["clusterIP"].as_str().map(str::to_string) {
+                obj["spec"]["clusterIPs"] = json!([ip]);
+            }
+        }
+        if source.is_none() && ty != "ExternalName" {
             match obj["spec"]["clusterIP"].as_str() {
                 Some("None") => {}
                 Some(ip) if !ip.is_empty() => {
