@@ -383,6 +383,9 @@ fn scenario(w: &mut World) -> Result<()> {
                     "8",
                     "--data-dir",
                     &data.display().to_string(),
+                    // Pod addresses this machine can send from: the DNS step asks as a pod.
+                    "--pod-network",
+                    "127.244",
                 ],
                 work.join("nodes.log"),
             )?);
@@ -456,6 +459,8 @@ fn scenario(w: &mut World) -> Result<()> {
                     RELEASE_NS,
                     "--api-service",
                     &format!("{RELEASE_NS}/{RELEASE}-fabrik"),
+                    "--dns-listen",
+                    "127.0.0.1:0",
                 ],
                 work.join("serve.log"),
             )?;
@@ -641,6 +646,11 @@ fn scenario(w: &mut World) -> Result<()> {
     step(
         "4b in-cluster access: a host pod's token, CA and address reach its tenant only",
         || in_cluster_access(&k, &admin, &tkc, w),
+    )?;
+
+    step(
+        "4c addresses and DNS: the tenant's Service IPs work on the host, its pods resolve its names",
+        || service_addresses_and_dns(&k, &admin, &tkc, w),
     )?;
 
     step(
@@ -939,6 +949,82 @@ fn in_cluster_access(k: &Kubectl, admin: &Path, tkc: &Path, w: &World) -> Result
     let err = String::from_utf8_lossy(&out.stderr);
     if out.status.success() || !err.contains("Unauthorized") {
         bail!("the real host took the tenant pod's token: {err}");
+    }
+    Ok(())
+}
+
+/// The tenant Service's address is its host copy's (allocated by the real host); the tenant's
+/// `kubernetes` Service is the chart's Service; synced pods are given the chart Service as
+/// nameserver, and the DNS behind it answers a tenant pod with the tenant's names and a
+/// stranger with nothing.
+fn service_addresses_and_dns(k: &Kubectl, admin: &Path, tkc: &Path, w: &World) -> Result<()> {
+    let ip_of = |kubeconfig: &Path, ns: &str, name: &str| -> Result<String> {
+        let s = get_json(k, kubeconfig, &["get", "svc", "-n", ns, name])?;
+        s["spec"]["clusterIP"]
+            .as_str()
+            .map(str::to_string)
+            .with_context(|| format!("Service {ns}/{name} has no clusterIP: {s}"))
+    };
+    let web = ip_of(tkc, "default", "web")?;
+    let copy = ip_of(admin, NS, &format!("web-x-default-x-{TENANT}"))?;
+    if web != copy {
+        bail!("the tenant shows web at {web}, its host copy is at {copy}");
+    }
+    let chart = ip_of(admin, RELEASE_NS, &format!("{RELEASE}-fabrik"))?;
+    let api = ip_of(tkc, "default", "kubernetes")?;
+    if api != chart {
+        bail!("the tenant's kubernetes Service is at {api}, the control plane's at {chart}");
+    }
+    let pods = get_json(k, admin, &["get", "pods", "-n", NS, "-l", "app=web"])?;
+    let list = items(&pods);
+    if list.is_empty() {
+        bail!("no web host pods:\n{}", pod_lines(&pods));
+    }
+    for p in &list {
+        let spec = &p["spec"];
+        if spec["dnsPolicy"] != "None"
+            || spec["dnsConfig"]["nameservers"] != json!([chart])
+            || spec["dnsConfig"]["searches"][0] != "default.svc.cluster.local"
+        {
+            bail!(
+                "host pod DNS is not the tenant's: {} {}",
+                spec["dnsPolicy"],
+                spec["dnsConfig"]
+            );
+        }
+    }
+    let log = w.serve.as_ref().map(Fabrik::log).unwrap_or_default();
+    let server = e2e::dns::address_in_log(&log).context("fabrik serve printed no tenant DNS")?;
+    let tenant_pods = get_json(k, tkc, &["get", "pods", "-l", "app=web"])?;
+    let source: std::net::IpAddr = items(&tenant_pods)
+        .iter()
+        .find_map(|p| p["status"]["podIP"].as_str().and_then(|ip| ip.parse().ok()))
+        .with_context(|| format!("no tenant web pod has an IP:\n{}", pod_lines(&tenant_pods)))?;
+    use e2e::dns::{query, ResponseCode, Type};
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for (name, want) in [
+        ("web.default.svc.cluster.local.", &web),
+        ("kubernetes.default.svc.cluster.local.", &chart),
+    ] {
+        loop {
+            let r = query(server, source, name, Type::A)?;
+            if r.code == ResponseCode::NoError && r.answers == [want.clone()] {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!("{name} from tenant pod {source}: {r:?}, want {want}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    let stranger = query(
+        server,
+        "127.0.0.1".parse()?,
+        "web.default.svc.cluster.local.",
+        Type::A,
+    )?;
+    if stranger.code != ResponseCode::Refused {
+        bail!("a stranger was answered: {stranger:?}");
     }
     Ok(())
 }
