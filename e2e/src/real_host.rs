@@ -576,3 +576,51 @@ impl Drop for RealHost {
         }
     }
 }
+
+impl RealHost {
+    /// A kube-rs client of this host with the admin kubeconfig (`system:masters`).
+    pub async fn admin_client(&self) -> Result<kube::Client> {
+        let kubeconfig = kube::config::Kubeconfig::read_from(self.admin_kubeconfig())?;
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        Ok(kube::Client::try_from(config)?)
+    }
+}
+
+/// Creates the chart's Tenant CRD (`helm/fabrik/crds/tenants.fabrik.dev.yaml`) with `client`
+/// and waits (up to 60 s) until the API server reports it Established.
+pub async fn install_tenant_crd(client: &kube::Client) -> Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let path = crate::repo_root()
+        .join("helm")
+        .join("fabrik")
+        .join("crds")
+        .join("tenants.fabrik.dev.yaml");
+    let text =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let crd: CustomResourceDefinition =
+        serde_yaml_ng::from_str(&text).with_context(|| format!("parsing {}", path.display()))?;
+    let name = crd.metadata.name.clone().unwrap_or_default();
+    let api: kube::Api<CustomResourceDefinition> = kube::Api::all(client.clone());
+    api.create(&Default::default(), &crd)
+        .await
+        .with_context(|| format!("creating CRD {name}"))?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let got = api.get(&name).await?;
+        let established = got
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+            });
+        if established {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            bail!("CRD {name} not Established within 60 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}

@@ -32,6 +32,9 @@ pub enum Error {
     /// The host refused the copy's spec (an address that is not free or not in its range).
     #[error("{0}")]
     Refused(String),
+    /// The host forbade the copy (its quota or policy in the tenant's host namespace).
+    #[error("the host refused the Service's copy: {0}")]
+    Forbidden(String),
     /// The host name of the copy belongs to another object.
     #[error("the host name {0} of the Service's copy belongs to another object")]
     Taken(String),
@@ -71,7 +74,13 @@ pub async fn reserve(
     }
     // The address is all that is wanted now; the syncer writes the full copy (with the
     // tenant's policy) when the Service is stored.
-    let copy = services::host_service(svc, tenant, None, &Policy::default());
+    let mut copy = services::host_service(svc, tenant, None, &Policy::default());
+    // A plain ClusterIP Service: node ports and load balancers are the host's to give when the
+    // syncer writes the full copy (the tenant's own quota has refused what it must by then).
+    if let Some(spec) = copy["spec"].as_object_mut() {
+        spec.insert("type".into(), serde_json::json!("ClusterIP"));
+        spec.remove("externalTrafficPolicy");
+    }
     let hname = copy["metadata"]["name"].as_str().unwrap_or("").to_string();
     let api: Api<DynamicObject> = Api::namespaced_with(
         host.clone(),
@@ -80,16 +89,41 @@ pub async fn reserve(
     );
     let data: DynamicObject =
         serde_json::from_value(copy).map_err(|e| Error::Refused(e.to_string()))?;
-    let made = match api.create(&PostParams::default(), &data).await {
+    // Twice: a copy found taken and then gone was deleted in between (by the syncer, for an
+    // earlier Service of the name).
+    let mut attempts = 0;
+    let made = loop {
+        attempts += 1;
+        match create_or_adopt(&api, &data, &hname, tenant, ns, name).await {
+            Err(Error::Deleting) if attempts < 2 => continue,
+            other => break other?,
+        }
+    };
+    Ok(made.data["spec"]["clusterIP"]
+        .as_str()
+        .filter(|ip| !ip.is_empty() && *ip != "None")
+        .map(str::to_string))
+}
+
+/// Creates the copy, or takes the one of this Service that is there.
+async fn create_or_adopt(
+    api: &Api<DynamicObject>,
+    data: &DynamicObject,
+    hname: &str,
+    tenant: &str,
+    ns: &str,
+    name: &str,
+) -> Result<DynamicObject, Error> {
+    Ok(match api.create(&PostParams::default(), data).await {
         Ok(made) => made,
         Err(kube::Error::Api(s)) if s.code == 409 => {
-            let found = api.get_opt(&hname).await.map_err(Error::Host)?;
+            let found = api.get_opt(hname).await.map_err(Error::Host)?;
             let Some(found) = found else {
                 return Err(Error::Deleting);
             };
             let value = serde_json::to_value(&found).unwrap_or_default();
             if !naming::is_copy_of(&value, tenant, ns, name) {
-                return Err(Error::Taken(hname));
+                return Err(Error::Taken(hname.to_string()));
             }
             if found.metadata.deletion_timestamp.is_some() {
                 return Err(Error::Deleting);
@@ -105,18 +139,17 @@ pub async fn reserve(
                 .flat_map(|d| d.causes.iter().map(|c| c.message.as_str()))
                 .collect();
             let why = if causes.is_empty() {
-                host_message(&s.message, &hname, name)
+                host_message(&s.message, hname, name)
             } else {
                 causes.join("; ")
             };
             return Err(Error::Refused(why));
         }
+        Err(kube::Error::Api(s)) if s.code == 403 => {
+            return Err(Error::Forbidden(host_message(&s.message, hname, name)))
+        }
         Err(e) => return Err(Error::Host(e)),
-    };
-    Ok(made.data["spec"]["clusterIP"]
-        .as_str()
-        .filter(|ip| !ip.is_empty() && *ip != "None")
-        .map(str::to_string))
+    })
 }
 
 /// The host's message with the tenant's name in place of the copy's.

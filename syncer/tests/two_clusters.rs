@@ -115,13 +115,15 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
         assert_eq!(p.name_any(), format!("{vname}-x-default-x-a"));
         let spec = p.spec.as_ref().expect("spec");
         let c = &spec.containers[0];
+        // The tenant's own entries come after the service environment.
         let env = c.env.as_ref().expect("env");
-        let cm = env[0]
+        let named = |n: &str| env.iter().find(|e| e.name == n).expect(n);
+        let cm = named("GREETING")
             .value_from
             .as_ref()
             .and_then(|f| f.config_map_key_ref.as_ref());
         assert_eq!(cm.map(|r| r.name.as_str()), Some("cfg-x-default-x-a"));
-        let s = env[1]
+        let s = named("PASSWORD")
             .value_from
             .as_ref()
             .and_then(|f| f.secret_key_ref.as_ref());

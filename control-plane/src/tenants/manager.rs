@@ -548,6 +548,9 @@ impl fabrik_apiserver::service_ips::ServiceIps for HostServiceIps {
                         &message,
                     )],
                 },
+                E::Forbidden(_) => fabrik_apiserver::ApiError::Forbidden(format!(
+                    "services \"{name}\" is forbidden: {e}"
+                )),
                 E::Deleting => fabrik_apiserver::ApiError::Conflict {
                     resource: fabrik_apiserver::GroupResource {
                         group: String::new(),

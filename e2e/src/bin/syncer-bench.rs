@@ -23,14 +23,30 @@
 //!
 //! The server's RSS (`VmRSS`, peak `VmHWM`) and CPU time come from `/proc/PID/`.
 //!
+//! **`--real-host`**: the same phases against a real Kubernetes control plane instead
+//! (etcd, kube-apiserver, kube-controller-manager and kube-scheduler on loopback, from
+//! [`e2e::real_host::RealHost`]; the binaries from `FABRIK_K8S_BIN_DIR` or `../shared/k8s`,
+//! `etcd` and `zstd` on `PATH`). The bench creates the chart's Tenant CRD there and runs
+//! `fabrik serve --host-kubeconfig <admin kubeconfig>` (admin rights: the least-privilege
+//! setup is `e2e/tests/real_host.rs`'s business); each tenant's kubeconfig is read from its
+//! host Secret `fabrik-kubeconfig` in `fabrik-<tenant>`. The real host has a scheduler but no
+//! nodes: host pods stay unbound, and the kubelet stand-in's status patch is what turns them
+//! Running, as on Fabrik's host. The server readings are `fabrik serve`'s; the control
+//! plane's own RSS and CPU time are printed after the table.
+//!
+//! `--keep-log FILE` copies the server's log there at the end; the count of its WARN and
+//! ERROR lines is printed either way.
+//!
 //! ```sh
 //! cargo build --release -p control-plane --bin fabrik -p e2e --bin syncer-bench
 //! target/release/syncer-bench              # 100 tenants × 100 pods
 //! target/release/syncer-bench 10 100       # 10 tenants × 100 pods
+//! target/release/syncer-bench 10 100 --real-host
 //! ```
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -40,7 +56,7 @@ use clap::Parser;
 use fabrik_api::tenant::{Tenant, TenantSpec};
 use fabrik_api::{ANNOTATION_VIRTUAL_NAME, ANNOTATION_VIRTUAL_NAMESPACE, LABEL_TENANT};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
@@ -77,6 +93,34 @@ struct Args {
     /// The `fabrik` binary (default: `fabrik` next to this binary).
     #[arg(long, env = "FABRIK_BIN")]
     fabrik: Option<PathBuf>,
+    /// Run against a real kube-apiserver with `fabrik serve`, not `fabrik up --nodes 0`.
+    #[arg(long)]
+    real_host: bool,
+    /// Copy the server's log (`fabrik up` or `fabrik serve`) to this file at the end.
+    #[arg(long, value_name = "FILE")]
+    keep_log: Option<PathBuf>,
+}
+
+/// Where the tenants' admin kubeconfigs are.
+enum Kubeconfigs {
+    /// `fabrik up` writes `DATA/tenants/<tenant>.kubeconfig`.
+    Files(PathBuf),
+    /// `fabrik serve` keeps it in the host Secret `fabrik-kubeconfig` (key `kubeconfig`) in
+    /// the tenant's namespace `fabrik-<tenant>`.
+    HostSecrets,
+}
+
+/// What the bench runs against: everything that differs between the two hosts.
+struct Target {
+    /// A client of the host, allowed to create Tenants and to patch every host pod's status.
+    host: Client,
+    /// Where the tenants' kubeconfigs come from.
+    kubeconfigs: Kubeconfigs,
+    /// The Fabrik server (`fabrik up` or `fabrik serve`): its RSS and CPU time are reported.
+    pid: u32,
+    /// Other processes whose RSS and CPU time are printed after the table (the real host's
+    /// control plane).
+    others: Vec<(&'static str, u32)>,
 }
 
 /// Set when the bench is done: watches that end then are not errors.
@@ -420,18 +464,45 @@ fn ms_between(from: Instant, to: Instant) -> f64 {
     to.saturating_duration_since(from).as_secs_f64() * 1000.0
 }
 
-/// A client for a tenant, from the kubeconfig `fabrik up` writes for it.
-async fn tenant_client(data: &Path, tenant: &str) -> Result<Client> {
-    let path = data.join("tenants").join(format!("{tenant}.kubeconfig"));
+/// A client for a tenant, from the kubeconfig `fabrik up` writes for it, or the host Secret
+/// `fabrik serve` keeps it in.
+async fn tenant_client(target: &Target, tenant: &str) -> Result<Client> {
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !path.exists() {
-        if Instant::now() > deadline {
-            bail!("{} did not appear", path.display());
+    let kc = match &target.kubeconfigs {
+        Kubeconfigs::Files(data) => {
+            let path = data.join("tenants").join(format!("{tenant}.kubeconfig"));
+            while !path.exists() {
+                if Instant::now() > deadline {
+                    bail!("{} did not appear", path.display());
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            kube::config::Kubeconfig::read_from(&path)
+                .with_context(|| format!("reading {}", path.display()))?
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let kc = kube::config::Kubeconfig::read_from(&path)
-        .with_context(|| format!("reading {}", path.display()))?;
+        Kubeconfigs::HostSecrets => {
+            let ns = format!("fabrik-{tenant}");
+            let secrets: Api<Secret> = Api::namespaced(target.host.clone(), &ns);
+            let text = loop {
+                let data = secrets
+                    .get_opt("fabrik-kubeconfig")
+                    .await
+                    .with_context(|| format!("reading Secret {ns}/fabrik-kubeconfig"))?
+                    .and_then(|s| s.data)
+                    .and_then(|mut d| d.remove("kubeconfig"));
+                if let Some(bytes) = data {
+                    break String::from_utf8(bytes.0)
+                        .with_context(|| format!("Secret {ns}/fabrik-kubeconfig is not UTF-8"))?;
+                }
+                if Instant::now() > deadline {
+                    bail!("Secret {ns}/fabrik-kubeconfig with key kubeconfig did not appear");
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
+            kube::config::Kubeconfig::from_yaml(&text)
+                .with_context(|| format!("parsing the kubeconfig in {ns}/fabrik-kubeconfig"))?
+        }
+    };
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await?;
     Ok(Client::try_from(config)?)
 }
@@ -492,7 +563,19 @@ async fn create_tenants(host: &Client, names: &[String]) -> Result<()> {
     Ok(())
 }
 
-async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
+async fn run(args: Args, target: Target) -> Result<()> {
+    let host = target.host.clone();
+    let pid = target.pid;
+    let others_before: Vec<(f64, (f64, f64))> = target
+        .others
+        .iter()
+        .map(|&(_, p)| {
+            (
+                e2e::procfs::cpu_seconds(p).unwrap_or(0.0),
+                e2e::procfs::memory_mib(p),
+            )
+        })
+        .collect();
     let shared = Shared::new();
     let mut background = tokio::task::JoinSet::new();
     let (to_kubelet, kubelet_pods) = tokio::sync::mpsc::unbounded_channel();
@@ -516,10 +599,10 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
     let t0 = Instant::now();
     create_tenants(&host, &names).await?;
     let tenants_ready_s = t0.elapsed().as_secs_f64();
-    let lat_client = tenant_client(&data, LAT_TENANT).await?;
+    let lat_client = tenant_client(&target, LAT_TENANT).await?;
     let mut burst_clients = Vec::with_capacity(burst_names.len());
     for name in &burst_names {
-        burst_clients.push((name.clone(), tenant_client(&data, name).await?));
+        burst_clients.push((name.clone(), tenant_client(&target, name).await?));
     }
     println!(
         "{} tenants Ready in {tenants_ready_s:.1} s; load average {}",
@@ -838,9 +921,196 @@ async fn run(args: Args, data: PathBuf, host: Client, pid: u32) -> Result<()> {
         rss_end.0,
         rss_end.1
     );
+    if !target.others.is_empty() {
+        println!();
+    }
+    for (&(name, p), (cpu0, rss0)) in target.others.iter().zip(others_before) {
+        let cpu = e2e::procfs::cpu_seconds(p).unwrap_or(0.0) - cpu0;
+        let (rss, hwm) = e2e::procfs::memory_mib(p);
+        println!(
+            "{name} (pid {p}): RSS {:.0} MiB at the start → {rss:.0} MiB at the end (peak {hwm:.0} MiB); CPU {cpu:.1} s during the bench",
+            rss0.0
+        );
+    }
     STOPPING.store(true, Ordering::Relaxed);
     background.abort_all();
     Ok(())
+}
+
+/// What the server logged: on failure its last lines; the count of WARN and ERROR lines (and
+/// the first few of each kind); a copy at `--keep-log`.
+fn report_log(name: &str, log: &str, result: &Result<()>, keep: Option<&Path>) {
+    if let Err(e) = result {
+        let tail: Vec<&str> = log.lines().rev().take(30).collect();
+        eprintln!("{name} log (last lines, newest first):");
+        for l in tail {
+            eprintln!("  {l}");
+        }
+        eprintln!("error: {e:#}");
+    }
+    for level in ["WARN", "ERROR"] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.split_whitespace().nth(1) == Some(level))
+            .collect();
+        println!("{name} log: {} {level} lines", lines.len());
+        for l in lines.iter().take(5) {
+            println!("  {l}");
+        }
+    }
+    if let Some(path) = keep {
+        match std::fs::write(path, log) {
+            Ok(()) => println!("{name} log kept at {}", path.display()),
+            Err(e) => eprintln!("writing {}: {e}", path.display()),
+        }
+    }
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+/// The bench against `fabrik up --nodes 0`.
+fn on_fabrik_host(args: Args, bin: &Path) -> Result<()> {
+    let mut fabrik = e2e::Fabrik::start_with(&["--nodes", "0"])?;
+    let pid = fabrik.pid().context("fabrik up is not running")?;
+    println!("fabrik up: {} (pid {pid})", bin.display());
+    let keep = args.keep_log.clone();
+    let runtime = runtime()?;
+    let result = runtime.block_on(async {
+        let target = Target {
+            host: fabrik.client().await?,
+            kubeconfigs: Kubeconfigs::Files(fabrik.data_dir()),
+            pid,
+            others: Vec::new(),
+        };
+        run(args, target).await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    report_log("fabrik up", &fabrik.log(), &result, keep.as_deref());
+    let _ = fabrik.stop();
+    result
+}
+
+/// Stops a child with SIGTERM (SIGKILL after 20 s) and waits for it.
+fn stop_child(child: &mut Child) {
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// A `fabrik serve` child, stopped when dropped.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        stop_child(&mut self.0);
+    }
+}
+
+/// Starts `fabrik serve` on `host` with its admin kubeconfig and waits for `serving tenants
+/// at ` in its log.
+async fn start_serve(bin: &Path, host: &e2e::real_host::RealHost, log: &Path) -> Result<Serve> {
+    let work = host.work_dir();
+    let out = std::fs::File::create(log).with_context(|| format!("creating {}", log.display()))?;
+    let child = Command::new(bin)
+        .arg("serve")
+        .arg("--host-kubeconfig")
+        .arg(host.admin_kubeconfig())
+        .arg("--data-dir")
+        .arg(work.join("serve-data"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("KUBECONFIG")
+        .stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out)
+        .spawn()
+        .with_context(|| format!("starting {} serve", bin.display()))?;
+    let mut serve = Serve(child);
+    let deadline = Instant::now() + e2e::STARTUP;
+    loop {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if let Some(url) = text
+            .lines()
+            .find_map(|l| l.split("serving tenants at ").nth(1))
+        {
+            println!("fabrik serve: serving tenants at {url}");
+            return Ok(serve);
+        }
+        if let Some(status) = serve.0.try_wait()? {
+            bail!(
+                "fabrik serve exited with {status}:\n{}",
+                e2e::real_host::tail(&text, 30)
+            );
+        }
+        if Instant::now() > deadline {
+            bail!(
+                "fabrik serve did not log `serving tenants at ` within {} s:\n{}",
+                e2e::STARTUP.as_secs(),
+                e2e::real_host::tail(&text, 30)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The bench against a real kube-apiserver, with `fabrik serve` on it.
+fn on_real_host(args: Args, bin: &Path) -> Result<()> {
+    let started = Instant::now();
+    let mut host = e2e::real_host::RealHost::start().context("starting the real host")?;
+    let others = host.pids();
+    println!(
+        "real host: Kubernetes control plane at {} in {:.1} s ({})",
+        host.url(),
+        started.elapsed().as_secs_f64(),
+        others
+            .iter()
+            .map(|(n, p)| format!("{n} pid {p}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let keep = args.keep_log.clone();
+    let log = host.work_dir().join("serve.log");
+    let runtime = runtime()?;
+    let mut serve = None;
+    let result = runtime.block_on(async {
+        let admin = host.admin_client().await?;
+        e2e::real_host::install_tenant_crd(&admin).await?;
+        let s = start_serve(bin, &host, &log).await?;
+        let pid = s.0.id();
+        serve = Some(s);
+        println!("fabrik serve: {} (pid {pid})", bin.display());
+        let target = Target {
+            host: admin,
+            kubeconfigs: Kubeconfigs::HostSecrets,
+            pid,
+            others,
+        };
+        run(args, target).await
+    });
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    drop(serve);
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    report_log("fabrik serve", &text, &result, keep.as_deref());
+    if result.is_err() {
+        if let Err(e) = host.check_running() {
+            eprintln!("real host: {e:#}");
+        }
+    }
+    result
 }
 
 fn main() -> Result<()> {
@@ -861,27 +1131,9 @@ fn main() -> Result<()> {
     }
     // The harness starts `FABRIK_BIN`; set before any thread exists.
     std::env::set_var("FABRIK_BIN", &bin);
-    let mut fabrik = e2e::Fabrik::start_with(&["--nodes", "0"])?;
-    let pid = fabrik.pid().context("fabrik up is not running")?;
-    println!("fabrik up: {} (pid {pid})", bin.display());
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    let result = runtime.block_on(async {
-        let host = fabrik.client().await?;
-        run(args, fabrik.data_dir(), host, pid).await
-    });
-    runtime.shutdown_timeout(Duration::from_secs(2));
-    if let Err(e) = &result {
-        let log = fabrik.log();
-        let tail: Vec<&str> = log.lines().rev().take(30).collect();
-        eprintln!("fabrik log (last lines, newest first):");
-        for l in tail {
-            eprintln!("  {l}");
-        }
-        eprintln!("error: {e:#}");
+    if args.real_host {
+        on_real_host(args, &bin)
+    } else {
+        on_fabrik_host(args, &bin)
     }
-    let _ = fabrik.stop();
-    result
 }

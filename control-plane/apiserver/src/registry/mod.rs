@@ -275,6 +275,14 @@ impl Registry {
         }
     }
 
+    fn strategy_context(&self, opts: &WriteOptions) -> StrategyContext<'_> {
+        StrategyContext {
+            store: self.store.as_ref(),
+            service_ips: self.service_ips.as_deref(),
+            dry_run: opts.dry_run,
+        }
+    }
+
     /// The registry with Service IPs from `source` (see [`crate::service_ips`]).
     pub fn with_service_ips(
         mut self,
@@ -468,15 +476,7 @@ impl Registry {
             }
             def.strategy.prepare_for_create(&mut candidate);
             def.strategy
-                .allocate(
-                    &StrategyContext {
-                        store: self.store.as_ref(),
-                        service_ips: self.service_ips.as_deref(),
-                        dry_run: opts.dry_run,
-                    },
-                    &mut candidate,
-                    None,
-                )
+                .allocate(&self.strategy_context(opts), &mut candidate, None)
                 .await?;
             let areq = self.admission_request(def, AdmissionOp::Create, ns, Part::Main, opts);
             self.admission.mutate(&areq, &mut candidate, None).await?;
@@ -505,6 +505,9 @@ impl Registry {
                     created: true,
                 });
             }
+            def.strategy
+                .reserve(&self.strategy_context(opts), &mut candidate, None)
+                .await?;
             match self.store.create(&key, object::encode(&candidate)?).await {
                 Ok(kv) => {
                     object::set_resource_version(&mut candidate, kv.mod_revision);
@@ -813,6 +816,11 @@ impl Registry {
                 });
             }
             let finished = object::is_deleting(&new) && !self.still_held(def, &new);
+            if !finished {
+                def.strategy
+                    .reserve(&self.strategy_context(opts), &mut new, Some(&old))
+                    .await?;
+            }
             let result = if finished {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
@@ -970,15 +978,7 @@ impl Registry {
             }
         }
         def.strategy
-            .allocate(
-                &StrategyContext {
-                    store: self.store.as_ref(),
-                    service_ips: self.service_ips.as_deref(),
-                    dry_run: opts.dry_run,
-                },
-                &mut new,
-                Some(old),
-            )
+            .allocate(&self.strategy_context(opts), &mut new, Some(old))
             .await?;
         let areq = self.admission_request(def, AdmissionOp::Update, ns, part, opts);
         self.admission.mutate(&areq, &mut new, Some(old)).await?;

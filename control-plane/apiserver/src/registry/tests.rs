@@ -589,3 +589,121 @@ async fn store_quota_refuses_growth_with_403_and_allows_cleanup() {
         .expect("create after cleanup");
     drop(keyspace);
 }
+
+/// A source of Service addresses that records what it was asked (the host copies of a tenant
+/// cluster, in the tenant manager).
+#[derive(Debug, Default)]
+struct Recording {
+    asked: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl crate::service_ips::ServiceIps for Recording {
+    async fn allocate(&self, svc: &Value) -> Result<Option<String>> {
+        let name = svc["metadata"]["name"].as_str().unwrap_or("").to_string();
+        let mut asked = self.asked.lock().unwrap_or_else(|e| e.into_inner());
+        asked.push(name);
+        Ok(Some(format!("192.0.2.{}", asked.len())))
+    }
+}
+
+#[tokio::test]
+async fn service_addresses_come_from_the_source_only_for_admitted_writes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+    let store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+    let source = Arc::new(Recording::default());
+    let reg =
+        Registry::new(store, Arc::new(Catalog::builtin())).with_service_ips(Some(source.clone()));
+    crate::cluster::bootstrap(&reg).await.expect("bootstrap");
+    let d = def(&reg, "", "services");
+    let svc = |name: &str, spec: Value| json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name}, "spec": spec});
+    let asked = || source.asked.lock().map(|a| a.clone()).unwrap_or_default();
+
+    // Admitted: the address is the source's (outside the cluster's own range).
+    let w = reg
+        .create(
+            &d,
+            Some("default"),
+            svc("web", json!({"ports": [{"port": 80}]})),
+            &WriteOptions::default(),
+        )
+        .await
+        .expect("create");
+    assert_eq!(w.object["spec"]["clusterIP"], "192.0.2.1");
+    assert_eq!(w.object["spec"]["clusterIPs"], json!(["192.0.2.1"]));
+    // A dry run, an invalid Service, a headless one and an ExternalName reserve nothing.
+    let dry = WriteOptions {
+        dry_run: true,
+        ..Default::default()
+    };
+    reg.create(
+        &d,
+        Some("default"),
+        svc("dry", json!({"ports": [{"port": 80}]})),
+        &dry,
+    )
+    .await
+    .expect("dry run");
+    let invalid = reg
+        .create(
+            &d,
+            Some("default"),
+            svc("bad", json!({"ports": [{"port": 0}]})),
+            &WriteOptions::default(),
+        )
+        .await;
+    assert!(
+        matches!(invalid, Err(ApiError::Invalid { .. })),
+        "{invalid:?}"
+    );
+    reg.create(
+        &d,
+        Some("default"),
+        svc(
+            "db",
+            json!({"clusterIP": "None", "ports": [{"port": 5432}]}),
+        ),
+        &WriteOptions::default(),
+    )
+    .await
+    .expect("headless");
+    reg.create(
+        &d,
+        Some("default"),
+        svc(
+            "ext",
+            json!({"type": "ExternalName", "externalName": "example.com"}),
+        ),
+        &WriteOptions::default(),
+    )
+    .await
+    .expect("external name");
+    // A namespace that does not exist is refused by admission, before anything is reserved.
+    let refused = reg
+        .create(
+            &d,
+            Some("nowhere"),
+            svc("lost", json!({"ports": [{"port": 80}]})),
+            &WriteOptions::default(),
+        )
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert_eq!(asked(), vec!["web".to_string()]);
+    // An update keeps the address without asking again.
+    let mut changed = w.object.clone();
+    changed["spec"]["ports"] = json!([{"port": 8080}]);
+    let u = reg
+        .update(
+            &d,
+            Some("default"),
+            "web",
+            changed,
+            Part::Main,
+            &WriteOptions::default(),
+        )
+        .await
+        .expect("update");
+    assert_eq!(u.object["spec"]["clusterIP"], "192.0.2.1");
+    assert_eq!(asked(), vec!["web".to_string()]);
+}

@@ -114,6 +114,18 @@ pub trait Strategy: Send + Sync {
     /// Upstream defaulting and server-set fields on create.
     fn prepare_for_create(&self, _obj: &mut Value) {}
 
+    /// Reservations outside the cluster (a tenant Service's address on its host, from
+    /// [`StrategyContext::service_ips`]), made once the write is admitted, just before it is
+    /// stored, and never on a dry run. `old` is the previous object on update.
+    async fn reserve(
+        &self,
+        _ctx: &StrategyContext<'_>,
+        _obj: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
+    }
+
     /// Allocations that must be unique in the cluster (Service IPs and node ports). `old` is the
     /// previous object on update.
     async fn allocate(

@@ -138,34 +138,9 @@ impl Strategy for ServiceStrategy {
                 }
             }
         }
-        let kept = old.is_some_and(|o| {
-            o["spec"]["clusterIP"].is_string() && o["spec"]["clusterIP"] == obj["spec"]["clusterIP"]
-        });
-        // Addresses come from the source (a dry run reserves nothing there: it takes the
-        // cluster's own range).
+        // With a source of addresses (and not on a dry run, which reserves nothing there), the
+        // address is reserved once the write is admitted (`reserve`).
         let source = ctx.service_ips.filter(|_| !ctx.dry_run);
-        if let Some(source) =
-            source.filter(|_| !kept && ty != "ExternalName" && obj["spec"]["clusterIP"] != "None")
-        {
-            // Checked before anything is reserved outside this cluster.
-            let causes = self.validate(obj);
-            if !causes.is_empty() {
-                return Err(ApiError::Invalid {
-                    kind: "Service".into(),
-                    group: String::new(),
-                    name: name_of(obj).to_string(),
-                    causes,
-                });
-            }
-            if let Some(ip) = source.allocate(obj).await? {
-                obj["spec"]["clusterIP"] = json!(ip);
-            }
-        }
-        if source.is_some() && ty != "ExternalName" {
-            if let Some(ip) = obj["spec"]["clusterIP"].as_str().map(str::to_string) {
-                obj["spec"]["clusterIPs"] = json!([ip]);
-            }
-        }
         if source.is_none() && ty != "ExternalName" {
             match obj["spec"]["clusterIP"].as_str() {
                 Some("None") => {}
@@ -224,6 +199,34 @@ impl Strategy for ServiceStrategy {
                     }
                 }
             }
+        }
+        Ok(())
+    }
+
+    async fn reserve(
+        &self,
+        ctx: &StrategyContext<'_>,
+        obj: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        let Some(source) = ctx.service_ips.filter(|_| !ctx.dry_run) else {
+            return Ok(());
+        };
+        let ty = svc_type(obj).to_string();
+        if ty == "ExternalName" || obj["spec"]["clusterIP"] == "None" {
+            return Ok(());
+        }
+        let kept = old.is_some_and(|o| {
+            o["spec"]["clusterIP"].is_string() && o["spec"]["clusterIP"] == obj["spec"]["clusterIP"]
+        });
+        if !kept {
+            // The source allocates uniquely: no lock is held across it.
+            if let Some(ip) = source.allocate(obj).await? {
+                obj["spec"]["clusterIP"] = json!(ip);
+            }
+        }
+        if let Some(ip) = obj["spec"]["clusterIP"].as_str().map(str::to_string) {
+            obj["spec"]["clusterIPs"] = json!([ip]);
         }
         Ok(())
     }
