@@ -654,6 +654,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4d quota and escapes: the host's quota counts the tenant's pods, hostile objects stay out",
+        || quota_and_escapes(&k, &admin, &tkc),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -1025,6 +1030,112 @@ fn service_addresses_and_dns(k: &Kubectl, admin: &Path, tkc: &Path, w: &World) -
     )?;
     if stranger.code != ResponseCode::Refused {
         bail!("a stranger was answered: {stranger:?}");
+    }
+    Ok(())
+}
+
+const HOSTILE: &[(&str, &str, &str)] = &[
+    (
+        "privileged",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: root}\nspec:\n  containers:\n  - {name: c, image: busybox, securityContext: {privileged: true}}\n",
+        "privileged",
+    ),
+    (
+        "hostPath",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: node-disk}\nspec:\n  containers: [{name: c, image: busybox}]\n  volumes: [{name: root, hostPath: {path: /}}]\n",
+        "hostPath",
+    ),
+    (
+        "metadata endpoint",
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {name: leak}\nsubsets: [{addresses: [{ip: 169.254.169.254}], ports: [{port: 80}]}]\n",
+        "169.254.169.254",
+    ),
+    (
+        "GPUs over quota",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: greedy}\nspec:\n  containers:\n  - {name: c, image: busybox, resources: {limits: {nvidia.com/gpu: \"2\"}}}\n",
+        "quota",
+    ),
+];
+
+/// The host ResourceQuota of the tenant's namespace is counted by the real quota controller;
+/// what a hostile tenant tries is refused at its admission and never reaches the host; a
+/// selector-less Service's Endpoints keep only the tenant's own pods on the host.
+fn quota_and_escapes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
+    poll("the host quota counting the tenant's pods", 60, || {
+        let pods = get_json(k, admin, &["get", "pods", "-n", NS])?;
+        let live = items(&pods)
+            .iter()
+            .filter(|p| !matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed")))
+            .count();
+        let q = get_json(
+            k,
+            admin,
+            &["get", "resourcequota", "fabrik-quota", "-n", NS],
+        )?;
+        let used = q["status"]["used"]["pods"].as_str().unwrap_or("");
+        Ok((
+            used == live.to_string() && live > 0,
+            format!("{} with pods:\n{}", q["status"], pod_lines(&pods)),
+        ))
+    })?;
+    let dir = tempfile::tempdir()?;
+    let leak_service = dir.path().join("leak-svc.yaml");
+    std::fs::write(
+        &leak_service,
+        "apiVersion: v1\nkind: Service\nmetadata: {name: leak}\nspec: {ports: [{port: 80}]}\n",
+    )?;
+    kc_ok(
+        k,
+        tkc,
+        &["apply", "-f", &leak_service.display().to_string()],
+    )?;
+    for (what, yaml, named) in HOSTILE {
+        let file = dir.path().join("hostile.yaml");
+        std::fs::write(&file, yaml)?;
+        let out = kc(k, tkc, &["apply", "-f", &file.display().to_string()])?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() || !err.contains(named) {
+            bail!(
+                "{what}: not refused naming {named}: {}{err}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+    }
+    // Endpoints naming the host's API server (an address no check of ranges can refuse): kept
+    // in the tenant, left out of the host copy.
+    let host_api = std::fs::write(
+        dir.path().join("api.yaml"),
+        "apiVersion: v1\nkind: Endpoints\nmetadata: {name: leak}\nsubsets: [{addresses: [{ip: 10.96.0.1}], ports: [{port: 443}]}]\n",
+    );
+    host_api?;
+    kc_ok(
+        k,
+        tkc,
+        &[
+            "apply",
+            "-f",
+            &dir.path().join("api.yaml").display().to_string(),
+        ],
+    )?;
+    poll("a warning Event about the left-out address", 60, || {
+        let (ok, text) = seen(k, tkc, &["get", "events", "-o", "json"])?;
+        Ok((
+            ok && text.contains("10.96.0.1") && text.contains("AddressRefused"),
+            text,
+        ))
+    })?;
+    let on_host = get_json(k, admin, &["get", "pods,endpoints", "-n", NS, "-o", "json"])?;
+    let text = on_host.to_string();
+    for bad in [
+        "169.254.169.254",
+        "10.96.0.1",
+        "root-x-",
+        "node-disk-x-",
+        "greedy-x-",
+    ] {
+        if text.contains(bad) {
+            bail!("{bad} reached the host namespace: {text}");
+        }
     }
     Ok(())
 }

@@ -47,6 +47,7 @@ pub mod addresses;
 pub mod admission;
 pub mod cache;
 pub mod events;
+pub mod expectations;
 pub mod gpu;
 pub mod informers;
 pub mod ingresses;
@@ -228,6 +229,7 @@ pub async fn run_with(
         queue: queue.clone(),
         token_refresh: options.token_refresh_fraction,
         token_failures: tokens::Failures::default(),
+        expectations: expectations::Expectations::default(),
     });
     let work = work(ctx, queue);
     tokio::select! {

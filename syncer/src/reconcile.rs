@@ -77,6 +77,8 @@ pub struct Context {
     pub token_refresh: f64,
     /// Failed TokenRequests, for backoff and reporting once.
     pub token_failures: tokens::Failures,
+    /// Host objects created and not yet delivered by the host watch.
+    pub expectations: crate::expectations::Expectations,
 }
 
 fn is_gone(e: &kube::Error) -> bool {
@@ -138,12 +140,35 @@ impl Context {
                 return Ok(());
             }
         };
+        if let Some(wait) = self.expectations.wait(kind, &name) {
+            // Created a moment ago: the watch brings it; look again after the window.
+            // (A pod's token Secret is written when its pod is looked at.)
+            let key = match tokens::token_pod(obj, &self.tenant) {
+                Some((namespace, name)) => Some(Key {
+                    kind: Kind::Pod,
+                    namespace,
+                    name,
+                }),
+                None => naming::origin(obj).map(|o| Key {
+                    kind,
+                    namespace: o.namespace,
+                    name: o.name,
+                }),
+            };
+            if let Some(key) = key {
+                self.queue.push_after(key, wait);
+            }
+            return Ok(());
+        }
         match self
             .host_api(kind)
             .create(&PostParams::default(), &data)
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(_) => {
+                self.expectations.created(kind, &name);
+                Ok(())
+            }
             // Created meanwhile (or by a previous run): the watch brings it and we look again.
             Err(e) if is_conflict(&e) => Ok(()),
             Err(source) => Err(Error::Host {
@@ -407,22 +432,23 @@ fn refusal(ctx: &Context, kind: Kind, obj: &Value) -> Option<(&'static str, Stri
 /// left out is reported in the tenant, once per distinct refusal (the Event's name is derived
 /// from the object's UID and the message, so that retries and resyncs do not repeat it).
 async fn partial(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), Error> {
-    simple(ctx, kind, ns, name).await?;
+    // What was left out is reported even when the host refuses the rest.
+    let synced = simple(ctx, kind, ns, name).await;
     let Some(obj) = ctx.tcache(kind).and_then(|c| c.get(ns, name)) else {
-        return Ok(());
+        return synced;
     };
     if is_deleting(&obj) {
-        return Ok(());
+        return synced;
     }
     let Some((reason, message)) = refusal(ctx, kind, &obj) else {
-        return Ok(());
+        return synced;
     };
     let uid = obj["metadata"]["uid"].as_str().unwrap_or("");
     if report(ctx, kind, ns, name, uid, reason, &message).await? {
         tracing::info!(tenant = %ctx.tenant, ?kind, %ns, %name, %reason, %message,
             "not copied to the host");
     }
-    Ok(())
+    synced
 }
 
 /// Writes a Warning Event about tenant object `ns/name` (UID `uid`) once: its name is derived

@@ -233,6 +233,13 @@ pub fn host_endpoints(ep: &Value, ctx: &AddressContext<'_>) -> Built {
                 "notReadyAddresses": addresses(&s["notReadyAddresses"]),
                 "ports": list(&s["ports"], port)})
         })
+        // A subset left with no address is invalid on a real API server ("must specify
+        // `addresses` or `notReadyAddresses`"): it is left out.
+        .filter(|s| {
+            ["addresses", "notReadyAddresses"]
+                .iter()
+                .any(|l| s[*l].as_array().is_some_and(|a| !a.is_empty()))
+        })
         .collect();
     let meta = naming::host_metadata(
         ep,
@@ -478,6 +485,12 @@ mod tests {
             built.refused,
             vec!["127.0.0.1", "169.254.169.254", "10.96.0.1", "10.244.9.9"]
         );
+        // A subset left with no address is no subset (a real API server refuses it).
+        let only_foreign = json!({"metadata": {"name": "db", "namespace": "n"}, "subsets": [
+            {"addresses": [{"ip": "10.96.0.1"}], "ports": [{"port": 443}]}]});
+        let built = host_endpoints(&only_foreign, &ctx);
+        assert_eq!(built.object.expect("an Endpoints")["subsets"], json!([]));
+        assert_eq!(built.refused, vec!["10.96.0.1"]);
     }
 
     #[test]

@@ -937,6 +937,27 @@ async fn run(args: Args, target: Target) -> Result<()> {
     Ok(())
 }
 
+/// `line` without its ANSI escape sequences (the server's log is coloured).
+fn strip_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // CSI: ESC [ parameters, ended by a byte in '@'..='~'.
+            if chars.next() == Some('[') {
+                for c in chars.by_ref() {
+                    if ('@'..='~').contains(&c) {
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
+}
+
 /// What the server logged: on failure its last lines; the count of WARN and ERROR lines (and
 /// the first few of each kind); a copy at `--keep-log`.
 fn report_log(name: &str, log: &str, result: &Result<()>, keep: Option<&Path>) {
@@ -949,8 +970,9 @@ fn report_log(name: &str, log: &str, result: &Result<()>, keep: Option<&Path>) {
         eprintln!("error: {e:#}");
     }
     for level in ["WARN", "ERROR"] {
-        let lines: Vec<&str> = log
+        let lines: Vec<String> = log
             .lines()
+            .map(strip_ansi)
             .filter(|l| l.split_whitespace().nth(1) == Some(level))
             .collect();
         println!("{name} log: {} {level} lines", lines.len());
