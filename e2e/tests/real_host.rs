@@ -11,8 +11,19 @@
 //! 4. a Deployment and a Service in the tenant: the host pods in `fabrik-<tenant>` are bound by
 //!    the real scheduler to the simulated nodes, run, and their status comes back to the
 //!    tenant; a pod asking for a GPU lands on a GPU node;
+//!    4b. in-cluster access: the host pod's token, CA and `KUBERNETES_SERVICE_*` reach its
+//!    tenant's API, and the real host refuses the token;
+//!    4c. addresses and DNS: the tenant Service's address is its host copy's (the real
+//!    allocator's), the tenant's `kubernetes` Service is the chart's, host pods get the chart
+//!    Service as nameserver, and the tenant DNS answers a tenant pod (queried from its address:
+//!    the nodes' pod network is 127.244.0.0/16) and refuses a stranger;
+//!    4d. quota and escapes: the real quota controller counts the tenant's host pods exactly
+//!    (no duplicate creates), hostile pods and Endpoints are refused, a foreign address is
+//!    reported and kept off the host;
 //! 5. the nodes stay Ready past the node lifecycle controller's grace period (their Leases);
-//! 6. deleting the Tenant removes its objects from the host.
+//! 6. deleting the Tenant removes its objects from the host;
+//! 9. HA: two `fabrik serve` replicas on one etcd, with the chart's RBAC for that mode, serve
+//!    a new tenant through either listener; killing the one that runs it, the other syncs on.
 //!
 //! `fabrik serve` must log no Forbidden error: a missing permission in the chart fails here; nor
 //! a sync fight over the host Endpoints the real endpoints controller owns.
@@ -205,7 +216,7 @@ fn nodes_ready(k: &Kubectl, admin: &Path, want: usize) -> Result<(bool, String)>
 
 /// The RBAC objects and the Service of the chart rendered with its default values (what
 /// `fabrik serve` needs on the host besides its pod), as one YAML stream.
-fn chart_rbac(work: &Path) -> Result<String> {
+fn chart_rbac(work: &Path, values: &[&str]) -> Result<String> {
     let helm = helms()
         .into_iter()
         .next()
@@ -217,6 +228,7 @@ fn chart_rbac(work: &Path) -> Result<String> {
         .args(["template", RELEASE])
         .arg(&chart)
         .args(["--namespace", RELEASE_NS])
+        .args(values)
         .env_remove("KUBECONFIG")
         .env("HOME", &home)
         .env("HELM_CACHE_HOME", home.join("cache"))
@@ -251,7 +263,7 @@ fn chart_rbac(work: &Path) -> Result<String> {
 }
 
 /// The tenant's admin kubeconfig, from the host Secret `fabrik-kubeconfig` in `fabrik-<t>`.
-fn tenant_kubeconfig(k: &Kubectl, admin: &Path, out: &Path) -> Result<()> {
+fn tenant_kubeconfig(k: &Kubectl, admin: &Path, ns: &str, out: &Path) -> Result<()> {
     use base64::Engine;
     let b64 = kc_ok(
         k,
@@ -261,7 +273,7 @@ fn tenant_kubeconfig(k: &Kubectl, admin: &Path, out: &Path) -> Result<()> {
             "secret",
             "fabrik-kubeconfig",
             "-n",
-            NS,
+            ns,
             "-o",
             "jsonpath={.data.kubeconfig}",
         ],
@@ -423,7 +435,7 @@ fn scenario(w: &mut World) -> Result<()> {
                 ],
             )?;
             let rbac = work.join("rbac.yaml");
-            std::fs::write(&rbac, chart_rbac(&work)?)?;
+            std::fs::write(&rbac, chart_rbac(&work, &[])?)?;
             kc_ok(&k, &admin, &["apply", "-f", &rbac.display().to_string()])?;
             let sa = format!("{RELEASE}-fabrik");
             let token = kc_ok(
@@ -491,7 +503,7 @@ fn scenario(w: &mut World) -> Result<()> {
             let t: Value = serde_json::from_str(&text)?;
             Ok((t["status"]["phase"] == "Ready", t["status"].to_string()))
         })?;
-        tenant_kubeconfig(&k, &admin, &tkc)?;
+        tenant_kubeconfig(&k, &admin, NS, &tkc)?;
         poll("the tenant API answering", 60, || {
             seen(&k, &tkc, &["get", "namespaces"])
         })
@@ -752,6 +764,10 @@ fn scenario(w: &mut World) -> Result<()> {
             }
             Ok(())
         },
+    )?;
+    step(
+        "9 HA: two fabrik serve replicas on etcd serve and sync a tenant; one dies, the other goes on",
+        || ha_replicas(w),
     )?;
     Ok(())
 }
@@ -1138,4 +1154,199 @@ fn quota_and_escapes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The URL a `fabrik serve` log names (`serving tenants at URL/clusters/<tenant>`).
+fn serving_url(log: &str) -> Option<String> {
+    let rest = log.split("serving tenants at ").nth(1)?;
+    Some(rest.split("/clusters/").next()?.to_string())
+}
+
+/// A copy of the tenant kubeconfig `from` that names `url` as its server.
+fn kubeconfig_at(from: &Path, url: &str, out: &Path) -> Result<()> {
+    let text = std::fs::read_to_string(from)?;
+    let mut doc: Value = serde_yaml_ng::from_str(&text)?;
+    let clusters = doc["clusters"]
+        .as_array_mut()
+        .context("a kubeconfig without clusters")?;
+    for c in clusters {
+        let server = c["cluster"]["server"].as_str().unwrap_or("").to_string();
+        let path = server
+            .find("/clusters/")
+            .map(|i| &server[i..])
+            .unwrap_or("");
+        c["cluster"]["server"] = json!(format!("{url}{path}"));
+    }
+    std::fs::write(out, serde_yaml_ng::to_string(&doc)?)?;
+    Ok(())
+}
+
+/// Two `fabrik serve` replicas sharing an etcd store, with the chart's RBAC for that mode
+/// (shard Leases): a new tenant is served through both, its pods synced; the replica that runs
+/// it is killed and the other takes over its syncing.
+fn ha_replicas(w: &mut World) -> Result<()> {
+    let (k, admin, work) = (w.k.clone(), w.admin(), w.work.clone());
+    // The sled replica steps down: from here the tenants are the etcd replicas'.
+    w.serve = None;
+    let rbac = work.join("rbac-etcd.yaml");
+    std::fs::write(
+        &rbac,
+        chart_rbac(
+            &work,
+            &[
+                "--set",
+                "controlPlane.storage.mode=etcd",
+                "--set",
+                "controlPlane.storage.etcd.endpoints={http://etcd:2379}",
+                "--set",
+                "controlPlane.replicas=2",
+            ],
+        )?,
+    )?;
+    kc_ok(&k, &admin, &["apply", "-f", &rbac.display().to_string()])?;
+    let etcd = e2e::etcd::Etcd::start()?;
+    let store = etcd.store_flag();
+    let host_kubeconfig = work.join("serve.kubeconfig").display().to_string();
+    let ca_secret = format!("{RELEASE_NS}/{RELEASE}-fabrik-serving-ca");
+    let api_service = format!("{RELEASE_NS}/{RELEASE}-fabrik");
+    let replica = |name: &'static str| -> Result<Fabrik> {
+        let data = work.join(format!("{name}-data")).display().to_string();
+        Fabrik::start(
+            name,
+            &[
+                "serve",
+                "--host-kubeconfig",
+                &host_kubeconfig,
+                "--data-dir",
+                &data,
+                "--listen",
+                "127.0.0.1:0",
+                "--serving-ca-secret",
+                &ca_secret,
+                "--usage-namespace",
+                RELEASE_NS,
+                "--api-service",
+                &api_service,
+                "--store",
+                &store,
+                "--replica-id",
+                name,
+                "--lease-namespace",
+                RELEASE_NS,
+            ],
+            work.join(format!("{name}.log")),
+        )
+    };
+    let mut replicas = vec![replica("replica-0")?, replica("replica-1")?];
+    let mut urls = Vec::new();
+    for r in &replicas {
+        let url = poll_value(
+            &format!("{} serving", r.name),
+            e2e::STARTUP.as_secs(),
+            || Ok(serving_url(&r.log())),
+        )?;
+        urls.push(url);
+    }
+    let file = work.join("team-b.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: fabrik.dev/v1alpha1\nkind: Tenant\nmetadata: {name: team-b}\nspec:\n  quota: {pods: 10}\n",
+    )?;
+    kc_ok(&k, &admin, &["apply", "-f", &file.display().to_string()])?;
+    poll("Tenant team-b Ready", 120, || {
+        let (ok, text) = seen(&k, &admin, &["get", "tenant", "team-b", "-o", "json"])?;
+        if !ok {
+            return Ok((false, text));
+        }
+        let t: Value = serde_json::from_str(&text)?;
+        Ok((t["status"]["phase"] == "Ready", t["status"].to_string()))
+    })?;
+    let tenant_kc = work.join("team-b.kubeconfig");
+    tenant_kubeconfig(&k, &admin, "fabrik-team-b", &tenant_kc)?;
+    // Through either replica: the same tenant.
+    let mut via = Vec::new();
+    for (i, url) in urls.iter().enumerate() {
+        let out = work.join(format!("team-b-via-{i}.kubeconfig"));
+        kubeconfig_at(&tenant_kc, url, &out)?;
+        poll(&format!("team-b through replica {i}"), 60, || {
+            seen(&k, &out, &["get", "ns", "default"])
+        })?;
+        via.push(out);
+    }
+    kc_ok(&k, &via[1], &["create", "configmap", "written-via-1"])?;
+    poll("the configmap through replica 0", 30, || {
+        seen(&k, &via[0], &["get", "configmap", "written-via-1"])
+    })?;
+    let pod = |name: &str, through: &Path| -> Result<()> {
+        let f = work.join(format!("{name}.yaml"));
+        std::fs::write(
+            &f,
+            format!("apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}}}\nspec:\n  containers: [{{name: c, image: busybox}}]\n"),
+        )?;
+        kc_ok(&k, through, &["apply", "-f", &f.display().to_string()])?;
+        Ok(())
+    };
+    let host_pod_running = |name: &str, tenant: &Path| {
+        let host_name = format!("{name}-x-default-x-team-b");
+        poll(
+            &format!("host pod {host_name} Running, and the tenant sees it"),
+            120,
+            || {
+                let (ok, text) = seen(
+                    &k,
+                    &admin,
+                    &[
+                        "get",
+                        "pod",
+                        &host_name,
+                        "-n",
+                        "fabrik-team-b",
+                        "-o",
+                        "jsonpath={.status.phase}",
+                    ],
+                )?;
+                if !ok || text.trim() != "Running" {
+                    return Ok((false, text));
+                }
+                let (ok, text) = seen(
+                    &k,
+                    tenant,
+                    &["get", "pod", name, "-o", "jsonpath={.status.phase}"],
+                )?;
+                Ok((ok && text.trim() == "Running", text))
+            },
+        )
+    };
+    pod("before", &via[1])?;
+    host_pod_running("before", &via[0])?;
+    // The replica that runs team-b (its syncer) dies; the other takes over within the Leases'
+    // duration and syncs what is created meanwhile.
+    let owner = replicas
+        .iter()
+        .position(|r| {
+            r.log()
+                .lines()
+                .any(|l| l.contains("team-b") && l.contains("tenant API server started"))
+        })
+        .context("no replica says it started team-b")?;
+    let survivor = 1 - owner;
+    drop(replicas.remove(owner));
+    pod("after", &via[survivor])?;
+    host_pod_running("after", &via[survivor])?;
+    drop(replicas);
+    drop(etcd);
+    Ok(())
+}
+
+fn poll_value<T>(what: &str, secs: u64, mut check: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out after {secs} s waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
 }

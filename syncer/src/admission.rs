@@ -74,7 +74,7 @@ pub fn check_with_pods(
             Some(old) => check_pod_update(old, obj, policy),
             None => check_pod(obj, policy),
         },
-        ("", "services") => check_service(obj, policy),
+        ("", "services") => check_service(obj, old, policy),
         ("", "endpoints") => check_endpoints(obj, pod_ips),
         ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj, pod_ips),
         ("networking.k8s.io", "ingresses") => crate::ingresses::check_ingress(obj, policy),
@@ -94,9 +94,30 @@ fn result(errs: Vec<String>) -> Result<(), Vec<String>> {
 /// an `ExternalName` must be a DNS name on the Tenant's `externalNames` list. (Cluster IPs,
 /// node ports and load balancer settings the tenant chooses stay in the tenant: the host copy
 /// never carries them.)
-pub fn check_service(svc: &Value, policy: &Policy) -> Result<(), Vec<String>> {
+pub fn check_service(svc: &Value, old: Option<&Value>, policy: &Policy) -> Result<(), Vec<String>> {
     let mut errs = Vec::new();
     let spec = &svc["spec"];
+    // The address is the host copy's (see `crate::service_ips`): a tenant does not choose
+    // addresses of the host's Service range. Headless (`None`) is no address; keeping the one
+    // given is no choice; the tenant's `kubernetes` Service names its control plane.
+    let meta = &svc["metadata"];
+    let api = crate::services::is_api_service(
+        meta["namespace"].as_str().unwrap_or(""),
+        meta["name"].as_str().unwrap_or(""),
+    );
+    let asked = spec["clusterIP"]
+        .as_str()
+        .filter(|ip| !ip.is_empty() && *ip != "None");
+    let kept = old.and_then(|o| o["spec"]["clusterIP"].as_str());
+    if let Some(ip) = asked.filter(|ip| !api && Some(*ip) != kept) {
+        errs.push(forbidden(
+            "spec.clusterIP",
+            &format!(
+                "{ip:?}: a tenant Service's address is given by the host; leave spec.clusterIP \
+                 empty (or None for a headless Service)"
+            ),
+        ));
+    }
     if spec["externalIPs"]
         .as_array()
         .is_some_and(|a| !a.is_empty())
@@ -653,6 +674,8 @@ mod tests {
                 "spec.externalName: Forbidden"),
             ("", "services", svc(json!({"type": "ExternalName", "externalName": "169.254.169.254"})),
                 "spec.externalName: Forbidden"),
+            ("", "services", svc(json!({"clusterIP": "10.96.0.10", "ports": [{"port": 53}]})),
+                "spec.clusterIP: Forbidden: \"10.96.0.10\": a tenant Service's address is given by the host"),
             ("", "endpoints", ep("127.0.0.1"), "subsets[0].addresses[0].ip: Invalid value: \"127.0.0.1\": may not be in the loopback range"),
             ("", "endpoints", ep("169.254.169.254"), "subsets[0].addresses[0].ip: Invalid value: \"169.254.169.254\": may not be in the link-local range"),
             ("", "endpoints", ep("0.0.0.0"), "subsets[0].addresses[0].ip: Invalid value: \"0.0.0.0\""),
@@ -689,7 +712,7 @@ mod tests {
                 "services",
                 svc(
                     json!({"type": "NodePort", "ports": [{"port": 80, "nodePort": 30080}],
-                "clusterIP": "10.96.5.5", "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
+                "clusterIP": "None", "loadBalancerSourceRanges": ["10.0.0.0/8"]}),
                 ),
             ),
             ("", "endpoints", ep("10.244.0.10")),
@@ -724,6 +747,13 @@ mod tests {
         for (group, plural, obj) in &admitted {
             assert_eq!(check(group, plural, obj, None, &policy), Ok(()), "{obj}");
         }
+        // An update keeping the address the host gave; the tenant's `kubernetes` Service,
+        // which names its control plane.
+        let given = svc(json!({"clusterIP": "10.100.3.4", "ports": [{"port": 80}]}));
+        assert_eq!(check("", "services", &given, Some(&given), &policy), Ok(()));
+        let api = json!({"metadata": {"name": "kubernetes", "namespace": "default"},
+            "spec": {"clusterIP": "10.100.0.9", "ports": [{"port": 443}]}});
+        assert_eq!(check("", "services", &api, None, &policy), Ok(()));
         // Ingresses are checked only when they are synced.
         let unsynced = Policy {
             sync_ingresses: false,

@@ -138,9 +138,9 @@ impl Strategy for ServiceStrategy {
                 }
             }
         }
-        // With a source of addresses (and not on a dry run, which reserves nothing there), the
-        // address is reserved once the write is admitted (`reserve`).
-        let source = ctx.service_ips.filter(|_| !ctx.dry_run);
+        // With a source of addresses the address is reserved once the write is admitted
+        // (`reserve`); a dry run reserves nothing, and shows none.
+        let source = ctx.service_ips;
         if source.is_none() && ty != "ExternalName" {
             match obj["spec"]["clusterIP"].as_str() {
                 Some("None") => {}
