@@ -417,6 +417,121 @@ fn crd(max_items: Option<u64>) -> Value {
                     "x-kubernetes-validations": [{"rule": RULE}]}}}}}]}})
 }
 
+/// A client of its own (one kubeconfig, one connection kept warm) on a thread and runtime of
+/// its own: what it measures is the server, not the test's runtime, busy with a flood's
+/// client side.
+struct Probe {
+    asks: std::sync::mpsc::Sender<(usize, tokio::sync::oneshot::Sender<Result<Duration>>)>,
+}
+
+impl Probe {
+    /// Connects and warms the connection with 20 requests.
+    async fn start(kubeconfig: &Path) -> Result<Probe> {
+        let kubeconfig = kubeconfig.to_path_buf();
+        let (asks, questions) =
+            std::sync::mpsc::channel::<(usize, tokio::sync::oneshot::Sender<Result<Duration>>)>();
+        let (ready_tx, ready) = tokio::sync::oneshot::channel::<Result<()>>();
+        std::thread::spawn(move || {
+            let runtime = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(r) => r,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.into()));
+                    return;
+                }
+            };
+            let client = runtime.block_on(async {
+                let c = client_of(&kubeconfig).await?;
+                p99(&c, 20).await?;
+                anyhow::Ok(c)
+            });
+            let client = match client {
+                Ok(c) => {
+                    let _ = ready_tx.send(Ok(()));
+                    c
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            // Between measurements the connection is kept in use (a request every 100 ms),
+            // as an active client's: what is measured is the server's answer on an open
+            // connection, not a new connection's handshake among a flood of them.
+            loop {
+                match questions.recv_timeout(Duration::from_millis(100)) {
+                    Ok((n, answer)) => {
+                        let _ = answer.send(runtime.block_on(p99(&client, n)));
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                        let _ = runtime.block_on(get(&client, "/version"));
+                    }
+                    Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+                }
+            }
+        });
+        ready.await??;
+        Ok(Probe { asks })
+    }
+
+    /// [`p99`] of `n` requests.
+    async fn p99(&self, n: usize) -> Result<Duration> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.asks
+            .send((n, tx))
+            .map_err(|_| anyhow::anyhow!("the probe's thread is gone"))?;
+        rx.await?
+    }
+}
+
+/// The time to the first answer of a new client of `kubeconfig` (a new connection: its TLS
+/// handshake included), on a thread and runtime of its own.
+async fn first_answer_apart(kubeconfig: &Path) -> Result<Duration> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    let thread = std::thread::spawn(move || -> Result<Duration> {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(async {
+            let c = client_of(&kubeconfig).await?;
+            let started = Instant::now();
+            let a = get(&c, "/api/v1/namespaces").await?;
+            if a.code != 200 {
+                bail!("tenant b's list failed: {}", a.text);
+            }
+            Ok(started.elapsed())
+        })
+    });
+    tokio::task::spawn_blocking(move || {
+        thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the measuring thread panicked"))?
+    })
+    .await?
+}
+
+/// The p99 of `n` runs of `kubectl get ns` with `kubeconfig` (the newest kubectl), run on a
+/// blocking thread; every run must succeed.
+async fn kubectl_p99(kubeconfig: &Path, n: usize) -> Result<Duration> {
+    let kubeconfig = kubeconfig.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        let k = e2e::kubectls()
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("no kubectl"))?;
+        let mut times = Vec::with_capacity(n);
+        for _ in 0..n {
+            let started = Instant::now();
+            e2e::kc_ok(&k, &kubeconfig, &["get", "ns"])?;
+            times.push(started.elapsed());
+        }
+        times.sort();
+        Ok(times[(n * 99 / 100).min(n - 1)])
+    })
+    .await?
+}
+
 /// The p99 (of `n` sequential requests) of `GET /api/v1/namespaces`.
 async fn p99(c: &Client, n: usize) -> Result<Duration> {
     let mut times = Vec::with_capacity(n);
@@ -500,14 +615,19 @@ async fn expensive_cel_is_refused_at_creation_or_stopped_at_evaluation() -> Resu
     Ok(())
 }
 
-/// Issue isolation-2 item 7: while tenant `demo` floods, tenant `b` is never refused (every one
-/// of its requests succeeds). The latency figure and the number of the flood's requests
-/// answered 429 are printed and recorded in docs/benchmarks.md; the goal there (p99 within 2x
-/// of idle) is **not met yet** — about 26-64 ms idle against 18 s under this flood in a debug
-/// build — so it is a measurement, not an assertion. The nextest config runs this test alone.
+/// Issue isolation-2 item 7: while tenant `demo` floods the API (1,000 watches opened at once
+/// on 200 Secrets of 8 KiB, lists of them in a loop, 900 KiB ConfigMap writes in a loop, a
+/// 40 KiB label selector, the CEL bomb on every ConfigMap create), tenant `b` is never refused,
+/// and the flood is: the watches past the per-user bound are answered 429 with `Retry-After`.
+/// The flood's client does not retry (kube-rs's default client retries a 429 after its
+/// `Retry-After`, up to 15 times: that hid every refusal from an earlier version of this test).
+/// b's client runs on a thread and runtime of its own, so that what is measured is the server,
+/// not this process's runtime busy with the flood's client side. b's p99 idle and under the
+/// flood is printed — a benchmark's figure (docs/benchmarks.md, release build), not asserted.
+/// The nextest config runs this test alone.
 #[tokio::test]
 async fn a_flood_of_one_tenant_never_refuses_another() -> Result<()> {
-    let (f, _host, a, _) = start(&["--nodes", "0"]).await?;
+    let (f, _host, a, demo_cfg) = start(&["--nodes", "0"]).await?;
     install_cel_bomb(&a).await?;
     let b_cfg = f.data_dir().join("b.kubeconfig");
     let out = f.fabrik_cli(&[
@@ -521,98 +641,181 @@ async fn a_flood_of_one_tenant_never_refuses_another() -> Result<()> {
     if !out.status.success() {
         bail!("tenant create b: {}", String::from_utf8_lossy(&out.stderr));
     }
-    let b = client_of(&b_cfg).await?;
-    let _ = p99(&b, 20).await?;
-    let idle = p99(&b, 100).await?;
-    let data: serde_json::Map<String, Value> =
-        (0..150).map(|i| (format!("k{i:03}"), json!("v"))).collect();
-    let bomb_cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bomb"}, "data": data});
-
-    // Tenant a floods: 1,000 watches at once, large lists, big writes, long selectors, the
-    // CEL bomb; b's latency is measured meanwhile.
-    for i in 0..200 {
-        let _ = send(
-            &a,
-            "POST",
-            "/api/v1/namespaces/default/secrets",
-            Some(JSON),
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("s{i}")},
-                "stringData": {"k": "x".repeat(8 * 1024)}})
-            .to_string(),
-        )
-        .await?;
-    }
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let throttled = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let mut flood = Vec::new();
-    for w in 0..1000 {
-        let (a, throttled) = (a.clone(), throttled.clone());
-        flood.push(tokio::spawn(async move {
-            let answer = tokio::time::timeout(
-                Duration::from_secs(20),
-                get(
-                    &a,
-                    &format!(
-                        "/api/v1/namespaces/default/secrets?watch=true&timeoutSeconds=15&w={w}"
-                    ),
-                ),
-            )
-            .await;
-            if let Ok(Ok(answer)) = answer {
-                if answer.code == 429 {
-                    throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        }));
-    }
-    let big = "x".repeat(900 * 1024);
-    let long: String = format!(
-        "app in ({})",
-        (0..5000)
-            .map(|i| format!("value-{i:04}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    for kind in 0..8 {
-        let (a, stop, big, long, bomb, throttled) = (
-            a.clone(),
-            stop.clone(),
-            big.clone(),
-            long.clone(),
-            bomb_cm.clone(),
-            throttled.clone(),
-        );
-        flood.push(tokio::spawn(async move {
-            let mut i = 0u64;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                i += 1;
-                let answer = match kind % 4 {
-                    0 => get(&a, "/api/v1/namespaces/default/secrets").await,
-                    1 => send(&a, "PUT", &format!("{CM}/flood{kind}"), Some(JSON),
-                        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": format!("flood{kind}")},
-                            "data": {"k": big.as_str(), "i": i.to_string()}}).to_string()).await,
-                    2 => get(&a, &format!("{CM}?labelSelector={}", form_urlencoded(&long))).await,
-                    _ => send(&a, "POST", CM, Some(JSON), bomb.to_string()).await,
-                };
-                if answer.is_ok_and(|a| a.code == 429) {
-                    throttled.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-            }
-        }));
-    }
+    let b = Probe::start(&b_cfg).await?;
+    let idle = b.p99(100).await?;
+    let idle_first = first_answer_apart(&b_cfg).await?;
+    let idle_kubectl = kubectl_p99(&b_cfg, 20).await?;
+    let flood = Flood::start(&demo_cfg).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let loaded = p99(&b, 100).await?;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
-    for t in flood {
-        t.abort();
-    }
-    let throttled = throttled.load(std::sync::atomic::Ordering::Relaxed);
+    let loaded = b.p99(100).await?;
+    // A new connection of b under the flood: printed, with its error if it has one (its
+    // handshake waits among the flood's 1,000; see docs/benchmarks.md).
+    let loaded_first = first_answer_apart(&b_cfg).await;
+    let loaded_kubectl = kubectl_p99(&b_cfg, 20).await?;
+    let seen = flood.stop();
     eprintln!(
-        "tenant b p99: idle {idle:?}, while tenant a floods {loaded:?}; \
-         tenant a's requests answered 429: {throttled}"
+        "tenant b p99: idle {idle:?}, while tenant demo floods {loaded:?}; \
+         b's first answer on a new connection: idle {idle_first:?}, under the flood \
+         {loaded_first:?}; b's `kubectl get ns` p99: idle {idle_kubectl:?}, under the flood \
+         {loaded_kubectl:?}; the flood: {seen:?}"
     );
-    // Every one of b's requests succeeded (p99 fails on any other answer). How often a was
-    // throttled is printed, not asserted: the flood has not been seen to get a 429 here,
-    // although curl's requests do — an open finding (docs/benchmarks.md).
+    // Every one of b's requests succeeded (p99 fails on any other answer); the flood was
+    // served and refused: one user holds at most 250 watches, the rest are told to come back.
+    assert!(seen.writes > 0 && seen.lists > 0, "the flood ran: {seen:?}");
+    assert!(
+        seen.watches <= 250,
+        "watches past the per-user bound: {seen:?}"
+    );
+    assert!(
+        seen.throttled >= 650,
+        "the 750 watches past the bound are refused: {seen:?}"
+    );
     Ok(())
+}
+
+/// What a flood's requests were answered.
+#[derive(Debug, Default)]
+struct Seen {
+    /// Watches opened (200).
+    watches: usize,
+    /// Requests answered 429.
+    throttled: usize,
+    /// 900 KiB ConfigMap writes done.
+    writes: usize,
+    /// Lists of the Secrets answered.
+    lists: usize,
+}
+
+#[derive(Default)]
+struct Counters {
+    watches: std::sync::atomic::AtomicUsize,
+    throttled: std::sync::atomic::AtomicUsize,
+    writes: std::sync::atomic::AtomicUsize,
+    lists: std::sync::atomic::AtomicUsize,
+}
+
+/// Tenant `demo`'s flood, running until [`Flood::stop`].
+struct Flood {
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    counters: std::sync::Arc<Counters>,
+}
+
+impl Flood {
+    async fn start(kubeconfig: &Path) -> Result<Flood> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let kubeconfig = kube::config::Kubeconfig::read_from(kubeconfig)?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
+        config.default_retry = false;
+        let a = Client::try_from(config)?;
+        for i in 0..200 {
+            let r = send(
+                &a,
+                "POST",
+                "/api/v1/namespaces/default/secrets",
+                Some(JSON),
+                json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": format!("s{i}")},
+                    "stringData": {"k": "x".repeat(8 * 1024)}})
+                .to_string(),
+            )
+            .await?;
+            if r.code != 201 {
+                bail!("secret s{i}: {}", r.text);
+            }
+        }
+        let big = "x".repeat(900 * 1024);
+        let big_cm = |name: &str, i: u64| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name},
+                "data": {"k": big.as_str(), "i": i.to_string()}})
+            .to_string()
+        };
+        for kind in [1, 5] {
+            let name = format!("flood{kind}");
+            let r = send(&a, "POST", CM, Some(JSON), big_cm(&name, 0)).await?;
+            if r.code != 201 {
+                bail!("configmap {name}: {}", r.text);
+            }
+        }
+        let data: serde_json::Map<String, Value> =
+            (0..150).map(|i| (format!("k{i:03}"), json!("v"))).collect();
+        let bomb = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "bomb"},
+            "data": data})
+        .to_string();
+        let long = form_urlencoded(&format!(
+            "app in ({})",
+            (0..5000)
+                .map(|i| format!("value-{i:04}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        ));
+
+        let counters = std::sync::Arc::new(Counters::default());
+        let mut tasks = Vec::new();
+        for w in 0..1000 {
+            let (a, counters) = (a.clone(), counters.clone());
+            tasks.push(tokio::spawn(async move {
+                // Only the status line is awaited; an open watch is held until the flood stops.
+                let Ok(req) = http::Request::get(format!(
+                    "/api/v1/namespaces/default/secrets?watch=true&timeoutSeconds=120&w={w}"
+                ))
+                .body(kube::client::Body::empty()) else {
+                    return;
+                };
+                match a.send(req).await {
+                    Ok(resp) if resp.status().as_u16() == 429 => {
+                        counters.throttled.fetch_add(1, Relaxed);
+                    }
+                    Ok(resp) if resp.status().is_success() => {
+                        counters.watches.fetch_add(1, Relaxed);
+                        let _ = resp.into_body().collect_bytes().await;
+                    }
+                    _ => {}
+                }
+            }));
+        }
+        for kind in 0..8u64 {
+            let (a, counters, long) = (a.clone(), counters.clone(), long.clone());
+            let (name, bomb) = (format!("flood{kind}"), bomb.clone());
+            let big = big_cm(&name, kind);
+            tasks.push(tokio::spawn(async move {
+                loop {
+                    let answer = match kind % 4 {
+                        0 => get(&a, "/api/v1/namespaces/default/secrets").await,
+                        1 => {
+                            send(&a, "PUT", &format!("{CM}/{name}"), Some(JSON), big.clone()).await
+                        }
+                        2 => get(&a, &format!("{CM}?labelSelector={long}")).await,
+                        _ => send(&a, "POST", CM, Some(JSON), bomb.clone()).await,
+                    };
+                    match answer.map(|a| a.code) {
+                        Ok(429) => {
+                            counters.throttled.fetch_add(1, Relaxed);
+                        }
+                        Ok(200) if kind % 4 == 0 => {
+                            counters.lists.fetch_add(1, Relaxed);
+                        }
+                        Ok(200) if kind % 4 == 1 => {
+                            counters.writes.fetch_add(1, Relaxed);
+                        }
+                        _ => {}
+                    }
+                }
+            }));
+        }
+        Ok(Flood { tasks, counters })
+    }
+
+    fn stop(self) -> Seen {
+        use std::sync::atomic::Ordering::Relaxed;
+        for t in &self.tasks {
+            t.abort();
+        }
+        let c = &self.counters;
+        Seen {
+            watches: c.watches.load(Relaxed),
+            throttled: c.throttled.load(Relaxed),
+            writes: c.writes.load(Relaxed),
+            lists: c.lists.load(Relaxed),
+        }
+    }
 }

@@ -101,6 +101,7 @@ impl Reply {
 }
 
 /// Query parameters (last value wins, like upstream's decoding for scalars).
+#[derive(Clone)]
 struct Query(HashMap<String, String>);
 
 impl Query {
@@ -246,6 +247,30 @@ where
     Ok(Bytes::from(buf))
 }
 
+/// Request bodies larger than this make a request heavy (see [`is_heavy`]).
+const HEAVY_BODY_BYTES: u64 = 64 * 1024;
+
+/// Whether handling `req` costs in proportion to data of unbounded size, so that it must not
+/// run on the async workers (see [`crate::fairness`]): a collection read or delete (a list
+/// is encoded in one piece; a watch is not heavy, it encodes event by event), or a body over
+/// [`HEAVY_BODY_BYTES`] or of unknown length.
+fn is_heavy(req: &Request<RequestBody>, route: &Route) -> bool {
+    if matches!(route, Route::Resource(r) if matches!(r.verb, Verb::List | Verb::DeleteCollection))
+    {
+        return true;
+    }
+    if !matches!(
+        *req.method(),
+        http::Method::POST | http::Method::PUT | http::Method::PATCH
+    ) {
+        return false;
+    }
+    match header_str(req, header::CONTENT_LENGTH).map(str::parse::<u64>) {
+        Some(Ok(length)) => length > HEAVY_BODY_BYTES,
+        _ => true,
+    }
+}
+
 impl ApiServer {
     /// The write options of a request, with its user for admission.
     fn write_options(
@@ -349,7 +374,7 @@ impl ApiServer {
     }
 
     async fn route(
-        &self,
+        self: &Arc<Self>,
         req: Request<RequestBody>,
         query: &Query,
         caller: Caller,
@@ -444,13 +469,44 @@ impl ApiServer {
             },
             _ => None,
         };
-        let result = match route {
-            Route::Resource(r) => self.resource(req, query, r, user, network, &mut seat).await,
-            other => self.non_resource(&req, other).await,
+        // A heavy request also takes a lane of its tenant and runs off the listener's workers.
+        let result = match &tenancy {
+            Some(t) if seat.is_some() && is_heavy(&req, &route) => {
+                let (server, query) = (self.clone(), query.clone());
+                let work = async move {
+                    let mut seat = seat;
+                    server
+                        .serve_route(req, &query, route, user, network, &mut seat)
+                        .await
+                };
+                match t.fairness.off_workers(&t.name, work).await {
+                    Ok(result) => result,
+                    Err(e) => return Err((e, verb, resource)),
+                }
+            }
+            _ => {
+                self.serve_route(req, query, route, user, network, &mut seat)
+                    .await
+            }
         };
         match result {
             Ok(reply) => Ok((reply, verb, resource)),
             Err(e) => Err((e, verb, resource)),
+        }
+    }
+
+    async fn serve_route(
+        &self,
+        req: Request<RequestBody>,
+        query: &Query,
+        route: Route,
+        user: UserInfo,
+        network: bool,
+        seat: &mut Option<crate::fairness::Seat>,
+    ) -> Result<Reply> {
+        match route {
+            Route::Resource(r) => self.resource(req, query, r, user, network, seat).await,
+            other => self.non_resource(&req, other).await,
         }
     }
 

@@ -374,13 +374,19 @@ async fn serve_connection(
     peer: SocketAddr,
     server: Arc<Router>,
 ) {
-    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-        Ok(Ok(tls)) => tls,
-        Ok(Err(e)) => {
+    // The handshake's CPU work is done off the listener's workers, which meanwhile go on
+    // serving the connections already open: a flood of new connections delays new
+    // connections, not every tenant's requests.
+    let handshake = crate::fairness::off_listener(async move {
+        tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+    });
+    let tls = match handshake.await {
+        Some(Ok(Ok(tls))) => tls,
+        Some(Ok(Err(e))) => {
             tracing::debug!(%peer, error = %e, "TLS handshake failed");
             return;
         }
-        Err(_) => return,
+        Some(Err(_)) | None => return,
     };
     let cert = tls
         .get_ref()

@@ -84,6 +84,16 @@ pub enum StoreError {
         /// Which kind of record (object, log entry, meta) failed to decode.
         what: &'static str,
     },
+    /// A large value, kept in chunks by the sled backend, cannot be read back: a chunk is
+    /// missing or malformed. The data on disk is not what this crate wrote.
+    #[error("corrupt large value in keyspace {keyspace:?}: {source}")]
+    CorruptValue {
+        /// The keyspace holding the value.
+        keyspace: String,
+        /// What is wrong with its chunks.
+        #[source]
+        source: crate::ChunkError,
+    },
     /// A keyspace name is empty, too long or holds characters outside `[A-Za-z0-9._-]`.
     #[error("invalid keyspace name {name:?}: use 1 to 200 characters from [A-Za-z0-9._-]")]
     InvalidKeyspace {

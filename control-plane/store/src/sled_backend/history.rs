@@ -12,6 +12,12 @@
 //! the log, and are undone like any later change, so a list never shows a write that a crash
 //! could still lose.
 //!
+//! Values kept in chunks (see [`chunks`](super::chunks)) are read after their record. A write
+//! can free a value's chunks between the two reads only once the change that replaced it has
+//! been compacted; a log read then fails with Compacted, as it would a moment later, and a list
+//! at the current revision starts over (one at a given revision fails with Compacted: that
+//! revision is gone).
+//!
 //! Cost: O(keys under the prefix after `start_after`) for the scan (keys and sled's shared
 //! value buffers, values are decoded only for returned items) plus O(log entries after R).
 
@@ -20,7 +26,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 use std::sync::atomic::Ordering;
 
-use super::codec;
+use super::codec::{self, ObjectRecord};
 use super::keyspace::Keyspace;
 use crate::error::{Result, StoreError};
 use crate::types::{Event, KeyValue, ListOptions, ListResult, Revision};
@@ -46,7 +52,13 @@ pub(crate) fn read_log(
         if rev != expected {
             return Err(missing(ks, from));
         }
-        let event = codec::decode_event(rev, &value).ok_or_else(|| ks.corrupt("log entry"))?;
+        let record = codec::decode_log(rev, &value).ok_or_else(|| ks.corrupt("log entry"))?;
+        let event = record.into_event(rev, |stored| match ks.read_value(stored)? {
+            Ok(bytes) => Ok(bytes),
+            // Freed by compaction since the entry was read: it is gone too.
+            Err(_) if ks.log.get(codec::revision_key(rev))?.is_none() => Err(missing(ks, from)),
+            Err(error) => Err(ks.corrupt_value(error)),
+        })?;
         events.push(event);
     }
     Ok(events)
@@ -74,8 +86,34 @@ enum Slot {
     Absent,
 }
 
+/// How many times a list at the current revision starts over when a value it scanned was
+/// freed before it could read it (each time, a write replaced that value and was compacted).
+const LIST_ATTEMPTS: usize = 8;
+
+/// What one attempt at a list produced.
+enum Attempt {
+    Listed(ListResult),
+    /// A scanned value was freed by compaction before it was read (see the module docs).
+    Overtaken(StoreError),
+}
+
 /// List `opts` (see the module docs for the method).
 pub(crate) fn list(ks: &Keyspace, opts: &ListOptions) -> Result<ListResult> {
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        match list_once(ks, opts)? {
+            Attempt::Listed(result) => return Ok(result),
+            Attempt::Overtaken(error) if opts.revision.is_some() || attempts >= LIST_ATTEMPTS => {
+                return Err(error)
+            }
+            Attempt::Overtaken(_) => {}
+        }
+    }
+}
+
+/// One attempt at [`list`].
+fn list_once(ks: &Keyspace, opts: &ListOptions) -> Result<Attempt> {
     ks.check_live()?;
     let current = ks.current.load(Ordering::Acquire);
     let at = opts.revision.unwrap_or(current);
@@ -153,14 +191,43 @@ pub(crate) fn list(ks: &Keyspace, opts: &ListOptions) -> Result<ListResult> {
             }
             Slot::Known(kv) => kv,
             Slot::Stored(bytes) => {
-                codec::decode_object(&key, &bytes).ok_or_else(|| ks.corrupt("object"))?
+                let record = codec::decode_object(&bytes).ok_or_else(|| ks.corrupt("object"))?;
+                match read_scanned(ks, &key, &bytes, record, at)? {
+                    Ok(kv) => kv,
+                    Err(overtaken) => return Ok(Attempt::Overtaken(overtaken)),
+                }
             }
         };
         items.push(kv);
     }
-    Ok(ListResult {
+    Ok(Attempt::Listed(ListResult {
         items,
         revision: at,
         remaining,
-    })
+    }))
+}
+
+/// The object a list at revision `at` scanned as `bytes` (decoded: `record`), reading its
+/// value. The inner error is the list's outcome if the value was freed meanwhile: the object
+/// has changed since the scan, so after `at`, and the change that freed the value has been
+/// compacted, so `at` has been too.
+fn read_scanned(
+    ks: &Keyspace,
+    key: &str,
+    bytes: &sled::IVec,
+    record: ObjectRecord,
+    at: Revision,
+) -> Result<Result<KeyValue, StoreError>> {
+    let error = match ks.read_value(&record.value)? {
+        Ok(value) => return Ok(Ok(record.into_kv(key, value))),
+        Err(error) => error,
+    };
+    if ks.objects.get(key.as_bytes())?.as_ref() == Some(bytes) {
+        return Err(ks.corrupt_value(error));
+    }
+    let compacted = ks.compacted.load(Ordering::Acquire);
+    Ok(Err(StoreError::Compacted {
+        requested: at,
+        compacted: compacted.max(at + 1),
+    }))
 }

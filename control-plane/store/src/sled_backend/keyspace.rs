@@ -1,10 +1,10 @@
 //! One keyspace of the sled backend: its trees, its revision counters and the [`Store`]
 //! implementation that ties writes, lists and watches together.
 //!
-//! Layout: three sled trees per keyspace, `fabrik/<name>/objects`, `fabrik/<name>/log` and
-//! `fabrik/<name>/meta` (see [`codec`](super::codec)). Every write updates all three in one
-//! sled transaction, so object, log entry, revision counter and usage never disagree, also
-//! after a crash.
+//! Layout: four sled trees per keyspace, `fabrik/<name>/objects`, `fabrik/<name>/log`,
+//! `fabrik/<name>/meta` (see [`codec`](super::codec)) and `fabrik/<name>/chunks` (large values,
+//! see [`chunks`](super::chunks)). Every write updates them in one sled transaction, so object,
+//! log entry, value chunks, revision counter and usage never disagree, also after a crash.
 //!
 //! Visibility: a write is *committed* when its transaction is (in memory) and *durable* once
 //! a flush of the group-commit thread covers it. Readers only ever see durable revisions:
@@ -25,7 +25,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use tokio::sync::broadcast;
 
-use super::codec::{self, META_COMPACTED, META_CURRENT, META_USAGE};
+use super::chunks::{self, ChunkError};
+use super::codec::{self, StoredValue, META_COMPACTED, META_CURRENT, META_USAGE};
 use super::group_commit::{FlushListener, GroupCommit};
 use super::{history, watch, write};
 use crate::error::{Result, StoreError};
@@ -65,6 +66,7 @@ pub(crate) struct Keyspace {
     pub(crate) objects: sled::Tree,
     pub(crate) log: sled::Tree,
     pub(crate) meta: sled::Tree,
+    pub(crate) chunks: sled::Tree,
     /// Copy of `Writer::durable` readable without the lock: the revision readers see.
     pub(crate) current: AtomicU64,
     /// At least the revision of every transaction that has started to commit (set before the
@@ -90,8 +92,8 @@ impl Keyspace {
         watch_buffer: usize,
         commit: Arc<GroupCommit>,
     ) -> Result<Self> {
-        let [objects, log, meta] = tree_names(name).map(|tree| db.open_tree(tree));
-        let (objects, log, meta) = (objects?, log?, meta?);
+        let [objects, log, meta, chunks] = tree_names(name).map(|tree| db.open_tree(tree));
+        let (objects, log, meta, chunks) = (objects?, log?, meta?, chunks?);
         let read_meta = |key: &[u8]| -> Result<Revision> {
             match meta.get(key)? {
                 None => Ok(INITIAL_REVISION),
@@ -121,6 +123,7 @@ impl Keyspace {
             objects,
             log,
             meta,
+            chunks,
             current: AtomicU64::new(current),
             committed: AtomicU64::new(current),
             has_pending: AtomicBool::new(false),
@@ -166,34 +169,76 @@ impl Keyspace {
         }
     }
 
+    /// The error for a large value whose chunks cannot be read back.
+    pub(crate) fn corrupt_value(&self, source: ChunkError) -> StoreError {
+        StoreError::CorruptValue {
+            keyspace: self.name.clone(),
+            source,
+        }
+    }
+
+    /// The bytes of a value as a record holds it, reading chunks from the chunks tree. The
+    /// inner error says the chunks are not there (freed by a racing write, or corrupt).
+    pub(crate) fn read_value(
+        &self,
+        value: &StoredValue,
+    ) -> Result<std::result::Result<Bytes, ChunkError>> {
+        match value {
+            StoredValue::Inline(bytes) => Ok(Ok(bytes.clone())),
+            StoredValue::Chunked { revision, len } => {
+                Ok(chunks::read(*revision, *len, |key| self.chunks.get(key))?)
+            }
+        }
+    }
+
     /// Read one object.
+    ///
+    /// A value in chunks is read after its record, so a write may replace it and, once the
+    /// replacement has been compacted from the log, free its chunks in between; then the
+    /// record has changed, and the read starts over. Chunks missing under an unchanged record
+    /// are corruption.
     pub(crate) fn get(&self, key: &str) -> Result<Option<KeyValue>> {
         self.check_live()?;
-        match self.objects.get(key.as_bytes())? {
-            None => Ok(None),
-            Some(bytes) => codec::decode_object(key, &bytes)
-                .map(Some)
-                .ok_or_else(|| self.corrupt("object")),
+        let mut stored = self.objects.get(key.as_bytes())?;
+        loop {
+            let Some(bytes) = stored else {
+                return Ok(None);
+            };
+            let record = codec::decode_object(&bytes).ok_or_else(|| self.corrupt("object"))?;
+            let error = match self.read_value(&record.value)? {
+                Ok(value) => return Ok(Some(record.into_kv(key, value))),
+                Err(error) => error,
+            };
+            stored = self.objects.get(key.as_bytes())?;
+            if stored.as_ref() == Some(&bytes) {
+                return Err(self.corrupt_value(error));
+            }
         }
     }
 }
 
-/// The usage of a keyspace written before usage was recorded: one scan of both trees.
+/// The usage of a keyspace written before usage was recorded: one scan of both trees
+/// (values and entries counted at their logical sizes; an undecodable record at its stored
+/// size, the reads that meet it report it).
 fn count_usage(objects: &sled::Tree, log: &sled::Tree) -> Result<(StorageUsage, u64)> {
     let mut usage = StorageUsage::default();
     for entry in objects.iter() {
         let (key, value) = entry?;
-        let value_len = value.len().saturating_sub(codec::OBJECT_HEADER);
+        let value_len = codec::object_value_len(&value)
+            .unwrap_or_else(|| value.len().saturating_sub(codec::OBJECT_HEADER) as u64);
         usage.bytes = usage
             .bytes
             .saturating_add(key.len() as u64)
-            .saturating_add(value_len as u64);
+            .saturating_add(value_len);
         usage.objects += 1;
     }
     let mut log_bytes = 0u64;
     for entry in log.iter() {
-        let (_, value) = entry?;
-        log_bytes = log_bytes.saturating_add(value.len() as u64);
+        let (key, value) = entry?;
+        let logical = codec::decode_u64(&key)
+            .and_then(|rev| codec::decode_log(rev, &value))
+            .map_or(value.len() as u64, |record| record.logical_len());
+        log_bytes = log_bytes.saturating_add(logical);
     }
     Ok((usage, log_bytes))
 }
@@ -231,9 +276,9 @@ impl FlushListener for Keyspace {
     }
 }
 
-/// The sled tree names of keyspace `name`: objects, log, meta.
-pub(crate) fn tree_names(name: &str) -> [String; 3] {
-    ["objects", "log", "meta"].map(|suffix| format!("fabrik/{name}/{suffix}"))
+/// The sled tree names of keyspace `name`: objects, log, meta, chunks.
+pub(crate) fn tree_names(name: &str) -> [String; 4] {
+    ["objects", "log", "meta", "chunks"].map(|suffix| format!("fabrik/{name}/{suffix}"))
 }
 
 /// A handle on one keyspace of a [`SledBackend`](crate::SledBackend). Cheap to clone; all

@@ -4,9 +4,11 @@
 //! Modules: [`config`] (settings and defaults), [`backend`] (database and keyspace lifecycle),
 //! [`keyspace`] (trees and the `Store` impl), [`write`] (the transactional write path),
 //! [`history`] (change log and list at a revision), [`watch`] (watch streams), [`codec`]
-//! (record encodings), [`group_commit`] (shared flushes).
+//! (record encodings), [`chunks`] (large values split below sled's blob threshold),
+//! [`group_commit`] (shared flushes).
 
 mod backend;
+mod chunks;
 mod codec;
 mod config;
 mod group_commit;
@@ -16,8 +18,11 @@ mod watch;
 mod write;
 
 #[cfg(test)]
+mod large_value_tests;
+#[cfg(test)]
 mod tests;
 
 pub use backend::SledBackend;
+pub use chunks::ChunkError;
 pub use config::{SledConfig, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY, DEFAULT_HISTORY_BYTES};
 pub use keyspace::{SledStore, INITIAL_REVISION};

@@ -1,10 +1,12 @@
 //! The single write path of a keyspace: one create, update or delete becomes one revision.
 //!
-//! Under the keyspace's writer lock, one sled transaction across the objects, log and meta
-//! trees checks the precondition and the quota, writes the object, appends the log entry,
-//! bumps the revision counter, updates the usage record and compacts old log entries (those
-//! beyond the history's revision bound, and the oldest ones while the history's bytes exceed
-//! its byte bound). The event is then queued, still under the lock; the group-commit flusher
+//! Under the keyspace's writer lock, one sled transaction across the objects, log, meta and
+//! chunks trees checks the precondition and the quota, writes the object (a large value as
+//! chunks, once, referred to by the object and the log entry, see [`chunks`](super::chunks)),
+//! appends the log entry, bumps the revision counter, updates the usage record and compacts
+//! old log entries (those beyond the history's revision bound, and the oldest ones while the
+//! history's bytes exceed its byte bound), removing the chunks of the values they were the
+//! last to refer to. The event is then queued, still under the lock; the group-commit flusher
 //! broadcasts it once a flush has made it durable (see [`keyspace`](super::keyspace)).
 //! Durability is the caller's next step (group commit, outside the lock).
 
@@ -12,10 +14,15 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use sled::transaction::{ConflictableTransactionError, TransactionError, TransactionalTree};
+use sled::transaction::{
+    ConflictableTransactionError, TransactionError, TransactionalTree, UnabortableTransactionError,
+};
 use sled::Transactional;
 
-use super::codec::{self, META_COMPACTED, META_CURRENT, META_USAGE};
+use super::chunks;
+use super::codec::{
+    self, LogEntry, StoredValue, ValueRef, META_COMPACTED, META_CURRENT, META_USAGE,
+};
 use super::keyspace::Keyspace;
 use crate::error::{Result, StoreError};
 use crate::quota::{self, object_bytes, WriteKind};
@@ -75,8 +82,11 @@ pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<KeyValue> {
     // Readers that see this write's object must see a committed mark >= rev (see `get`).
     ks.committed.store(rev, Ordering::Release);
 
-    let outcome = (&ks.objects, &ks.log, &ks.meta).transaction(|(objects, log, meta)| {
-        let existing = read_existing(ks, objects, key)?;
+    let trees = (&ks.objects, &ks.log, &ks.meta, &ks.chunks);
+    let outcome = trees.transaction(|(objects, log, meta, chunk_tree)| {
+        let existing = read_existing(ks, objects, chunk_tree, key)?;
+        let prev_chunked = existing.as_ref().is_some_and(|(_, chunked)| *chunked);
+        let existing = existing.map(|(kv, _)| kv);
         let event =
             next_event(key, &op, existing, rev).map_err(ConflictableTransactionError::Abort)?;
         let (kind, old, new, objects_delta) = match (&event.kind, &event.prev) {
@@ -103,23 +113,44 @@ pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<KeyValue> {
         };
         quota::check(&ks.name, limits, usage, kind, old, new)
             .map_err(ConflictableTransactionError::Abort)?;
-        match event.kind {
+        // The new value, written once (in chunks when large) for the object and the log entry.
+        let value = match event.kind {
             EventKind::Delete => {
                 objects.remove(key.as_bytes())?;
+                None
             }
             EventKind::Create | EventKind::Update => {
-                let record = codec::encode_object(
-                    event.kv.create_revision,
-                    event.kv.mod_revision,
-                    &event.kv.value,
-                );
+                let value = value_ref(&event.kv.value, chunks::is_chunked(event.kv.value.len()));
+                if let ValueRef::Chunked { .. } = value {
+                    chunks::insert(chunk_tree, rev, &event.kv.value)?;
+                }
+                let record =
+                    codec::encode_object(event.kv.create_revision, event.kv.mod_revision, value);
                 objects.insert(key.as_bytes(), record)?;
+                Some(value)
             }
-        }
-        let entry = codec::encode_event(&event)
+        };
+        // The previous value stays where it is: its chunks, if any, now belong to this entry.
+        let prev = event
+            .prev
+            .as_ref()
+            .map(|p| (p.mod_revision, value_ref(&p.value, prev_chunked)));
+        let entry = LogEntry {
+            kind: event.kind,
+            create_revision: event.kv.create_revision,
+            key,
+            value,
+            prev,
+        };
+        let encoded = codec::encode_log(&entry)
             .ok_or_else(|| ConflictableTransactionError::Abort(ks.corrupt("oversized log")))?;
-        let mut log_bytes = log_bytes.saturating_add(entry.len() as u64);
-        log.insert(&codec::revision_key(rev), entry)?;
+        let logical = codec::entry_len(
+            key.len(),
+            value.map(|_| event.kv.value.len() as u64),
+            event.prev.as_ref().map(|p| p.value.len() as u64),
+        );
+        let mut log_bytes = log_bytes.saturating_add(logical);
+        log.insert(&codec::revision_key(rev), encoded)?;
         let mut compact_to = compacted;
         let mut removed = 0u64;
         while compact_to < ceiling
@@ -129,7 +160,8 @@ pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<KeyValue> {
             compact_to += 1;
             removed += 1;
             if let Some(old) = log.remove(&codec::revision_key(compact_to))? {
-                log_bytes = log_bytes.saturating_sub(old.len() as u64);
+                let freed = free_entry(ks, chunk_tree, compact_to, &old)?;
+                log_bytes = log_bytes.saturating_sub(freed);
             }
         }
         let usage = quota::apply(usage, old, new, objects_delta);
@@ -170,18 +202,65 @@ pub(crate) fn apply(ks: &Keyspace, key: &str, op: Op) -> Result<KeyValue> {
     Ok(kv)
 }
 
-/// Read and decode the current object inside the transaction.
+/// How a value is written into a record: by reference to its chunks, or inline.
+fn value_ref(value: &[u8], chunked: bool) -> ValueRef<'_> {
+    if chunked {
+        ValueRef::Chunked {
+            len: value.len() as u64,
+        }
+    } else {
+        ValueRef::Inline(value)
+    }
+}
+
+/// Read and decode the current object inside the transaction, with whether its value is kept
+/// in chunks.
 fn read_existing(
     ks: &Keyspace,
     objects: &TransactionalTree,
+    chunk_tree: &TransactionalTree,
     key: &str,
-) -> Result<Option<KeyValue>, ConflictableTransactionError<StoreError>> {
-    match objects.get(key.as_bytes())? {
-        None => Ok(None),
-        Some(bytes) => codec::decode_object(key, &bytes)
-            .map(Some)
-            .ok_or_else(|| ConflictableTransactionError::Abort(ks.corrupt("object"))),
+) -> Result<Option<(KeyValue, bool)>, ConflictableTransactionError<StoreError>> {
+    let Some(bytes) = objects.get(key.as_bytes())? else {
+        return Ok(None);
+    };
+    let record = codec::decode_object(&bytes)
+        .ok_or_else(|| ConflictableTransactionError::Abort(ks.corrupt("object")))?;
+    let (value, chunked) = match &record.value {
+        StoredValue::Inline(value) => (value.clone(), false),
+        StoredValue::Chunked { revision, len } => {
+            let value = chunks::read(*revision, *len, |key| chunk_tree.get(key))?
+                .map_err(|error| ConflictableTransactionError::Abort(ks.corrupt_value(error)))?;
+            (value, true)
+        }
+    };
+    Ok(Some((record.into_kv(key, value), chunked)))
+}
+
+/// Account for the removal of the log entry `bytes` at revision `rev`: remove the chunks of
+/// the previous value it was the last to refer to (the object moved on at `rev`, and the
+/// entry that wrote that value is older, so already gone), and return the bytes the entry
+/// counted in the history. An undecodable entry counts its stored size and frees nothing: its
+/// removal heals the log, and keeping writes going matters more than the few chunks it may
+/// leave behind.
+fn free_entry(
+    ks: &Keyspace,
+    chunk_tree: &TransactionalTree,
+    rev: Revision,
+    bytes: &[u8],
+) -> Result<u64, UnabortableTransactionError> {
+    let Some(record) = codec::decode_log(rev, bytes) else {
+        tracing::warn!(
+            keyspace = %ks.name,
+            revision = rev,
+            "compacted an undecodable log entry; chunks it referred to may be left behind"
+        );
+        return Ok(bytes.len() as u64);
+    };
+    if let Some((_, StoredValue::Chunked { revision, len })) = &record.prev {
+        chunks::remove(chunk_tree, *revision, *len)?;
     }
+    Ok(record.logical_len())
 }
 
 /// Check the precondition of `op` against `existing` and build the event at revision `rev`.

@@ -12,6 +12,14 @@
 //! initialization does; a client that does not read keeps its own tenant's seat, no other's. A
 //! log follow, exec, attach or port-forward gives its seat back once its response starts. Requests to the host cluster and of in-process callers (the controllers,
 //! the syncer) take no seat: tenants cannot starve the platform.
+//!
+//! A seat bounds how many of a tenant's requests are handled at once, not where: a heavy one
+//! (a collection read, a large body) also takes one of the tenant's [`lanes`] and runs off the
+//! async workers, so that it cannot hold the workers every other tenant's requests need.
+
+mod lanes;
+
+pub use lanes::off_listener;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -49,8 +57,11 @@ pub struct FairnessSettings {
     pub user_seats: usize,
     /// The most requests of one tenant waiting for a seat; more are refused at once.
     pub queue_length: usize,
-    /// The longest a request waits for a seat before it is refused.
+    /// The longest a request waits for a seat (or a lane) before it is refused.
     pub queue_wait: Duration,
+    /// How many heavy requests of one tenant run at once, each on a thread of its own
+    /// ([`lanes`]).
+    pub tenant_lanes: usize,
 }
 
 impl Default for FairnessSettings {
@@ -66,6 +77,7 @@ impl Default for FairnessSettings {
             user_seats: (tenant_seats / 2).max(2),
             queue_length: 64,
             queue_wait: Duration::from_secs(10),
+            tenant_lanes: lanes::default_lanes(),
         }
     }
 }
@@ -96,6 +108,7 @@ struct State {
 pub struct Fairness {
     settings: FairnessSettings,
     state: Mutex<State>,
+    lanes: Arc<lanes::Lanes>,
 }
 
 /// A seat: given back when dropped.
@@ -184,6 +197,7 @@ impl Fairness {
                 free: seats,
                 ..State::default()
             }),
+            lanes: Arc::new(lanes::Lanes::new(settings.tenant_lanes)),
             settings,
         })
     }
@@ -302,6 +316,31 @@ impl Fairness {
         }
     }
 
+    /// Runs `work`, a heavy request of `tenant`, in one of the tenant's lanes (see [`lanes`]);
+    /// 429 when none frees up within the queue wait.
+    pub async fn off_workers<F>(&self, tenant: &str, work: F) -> Result<F::Output, ApiError>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.lanes
+            .run(tenant, self.settings.queue_wait, work)
+            .await
+            .map_err(|e| match e {
+                lanes::NoLane::Busy => self.throttled(
+                    tenant,
+                    &format!(
+                        "no lane for its heavy requests within {}s (at most {} at once)",
+                        self.settings.queue_wait.as_secs(),
+                        self.settings.tenant_lanes
+                    ),
+                ),
+                lanes::NoLane::Failed => {
+                    ApiError::Internal("the request failed while it was being handled".into())
+                }
+            })
+    }
+
     /// Gives a seat back and hands free seats to waiting requests, one tenant per turn.
     fn release(self: &Arc<Self>, tenant: &str, user: &str) {
         let grants = {
@@ -380,6 +419,7 @@ mod tests {
             user_seats: user,
             queue_length: queue,
             queue_wait: Duration::from_millis(200),
+            tenant_lanes: 1,
         }
     }
 
