@@ -1216,4 +1216,41 @@ mod tests {
         let over = read_body(Full::new(Bytes::from(vec![b'x'; MAX_BODY_BYTES + 1]))).await;
         assert!(matches!(over, Err(ApiError::RequestEntityTooLarge { .. })));
     }
+
+    #[test]
+    fn heavy_requests_are_collection_reads_and_large_or_unsized_bodies() {
+        let heavy = |method: &str, path: &str, watch: bool, length: Option<usize>| {
+            let method = http::Method::from_bytes(method.as_bytes()).expect("method");
+            let route = request_info::parse(&method, path, watch).expect("route");
+            let mut req = Request::builder().method(method).uri(path);
+            if let Some(n) = length {
+                req = req.header(header::CONTENT_LENGTH, n.to_string());
+            }
+            let req = req
+                .body(Full::new(Bytes::new()).map_err(|e| match e {}).boxed())
+                .expect("request");
+            is_heavy(&req, &route)
+        };
+        let pods = "/api/v1/namespaces/default/pods";
+        assert!(heavy("GET", pods, false, None), "a list");
+        assert!(heavy("DELETE", pods, false, None), "a collection delete");
+        assert!(
+            !heavy("GET", pods, true, None),
+            "a watch encodes event by event"
+        );
+        assert!(
+            !heavy("GET", &format!("{pods}/p"), false, None),
+            "one object"
+        );
+        assert!(!heavy("POST", pods, false, Some(2_000)), "a small body");
+        assert!(heavy("POST", pods, false, Some(900 * 1024)), "a large body");
+        assert!(
+            heavy("PATCH", &format!("{pods}/p"), false, None),
+            "a body of unknown length"
+        );
+        assert!(
+            !heavy("DELETE", &format!("{pods}/p"), false, None),
+            "a delete of one object"
+        );
+    }
 }
