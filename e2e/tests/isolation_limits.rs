@@ -661,7 +661,10 @@ async fn a_flood_of_one_tenant_never_refuses_another() -> Result<()> {
     );
     // Every one of b's requests succeeded (p99 fails on any other answer); the flood was
     // served and refused: one user holds at most 250 watches, the rest are told to come back.
-    assert!(seen.writes > 0 && seen.lists > 0, "the flood ran: {seen:?}");
+    assert!(
+        seen.writes + seen.lists > 0,
+        "the flood was served: {seen:?}"
+    );
     assert!(
         seen.watches <= 250,
         "watches past the per-user bound: {seen:?}"
