@@ -52,15 +52,29 @@ enum Command {
     Kubeconfig(login::kubeconfig::KubeconfigArgs),
 }
 
-fn main() -> Result<()> {
+fn main() -> std::process::ExitCode {
+    use std::io::IsTerminal;
+    // Colour only for a terminal, and never with NO_COLOR set (https://no-color.org).
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("FABRIK_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_ansi(colour)
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fabrik: error: {}", one_line(&e));
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -74,5 +88,39 @@ fn main() -> Result<()> {
         }
         Command::Login(args) => Ok(runtime.block_on(login::run(args))?),
         Command::Kubeconfig(args) => Ok(login::run_kubeconfig(&args)?),
+    }
+}
+
+/// A user error as one line: each cause once (a cause whose text the line already holds is
+/// left out), no backtrace — user errors are not panics, whatever `RUST_BACKTRACE` says.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if text.is_empty() || line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_error_is_one_line_with_each_cause_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::AddrInUse, "Address already in use");
+        let e = anyhow::Error::new(io)
+            .context("failed to listen on 127.0.0.1:1: Address already in use")
+            .context("cannot listen on 127.0.0.1:1");
+        assert_eq!(
+            one_line(&e),
+            "cannot listen on 127.0.0.1:1: failed to listen on 127.0.0.1:1: Address already in use"
+        );
     }
 }

@@ -128,6 +128,29 @@ fn write_atomically(path: &Path, contents: &str) -> Result<()> {
         .with_context(|| format!("failed to write {}", path.display()))
 }
 
+/// Takes the data directory for this process (`DIR/fabrik.lock`, held until the process
+/// ends, whatever the store): refused while another `fabrik up` holds it.
+fn lock_data_dir(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("fabrik.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .with_context(|| format!("cannot open {}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "the data directory {} is in use by another fabrik up; stop it first, or give \
+             another --data-dir",
+            dir.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("cannot lock {}", path.display()))
+        }
+    }
+}
+
 /// Runs until SIGINT or SIGTERM.
 pub async fn run(args: UpArgs) -> Result<()> {
     let started = Instant::now();
@@ -139,8 +162,20 @@ pub async fn run(args: UpArgs) -> Result<()> {
         pod_network: args.pod_network,
     };
     let dir = args.data_dir.unwrap_or_else(default_data_dir);
+    // Nothing is created or removed before the listener is bound and the store is open: a
+    // port in use leaves no data directory behind, and a second `fabrik up` on a directory in
+    // use (its store is locked) never touches the running server's files.
+    let bound = fabrik_apiserver::bind(args.listen).await.with_context(|| {
+        format!(
+            "cannot listen on {} (is another fabrik up running?)",
+            args.listen
+        )
+    })?;
     std::fs::create_dir_all(&dir)
         .with_context(|| format!("cannot create the data directory {}", dir.display()))?;
+    let _in_use = lock_data_dir(&dir)?;
+    eprintln!("fabrik: data directory {}", dir.display());
+    let backend = args.store.open(&dir, args.cache_mib, args.history).await?;
     // A kubeconfig left by an earlier run names its old port: remove it, so that the file
     // appears only once this run serves (the contract tools wait on).
     match std::fs::remove_file(dir.join("host.kubeconfig")) {
@@ -155,18 +190,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
             })
         }
     }
-    eprintln!("fabrik: data directory {}", dir.display());
-    let backend = args.store.open(&dir, args.cache_mib, args.history).await?;
     let host: Arc<dyn Store> = backend
         .open("host")
         .await
         .context("cannot open the host keyspace")?;
-    let bound = fabrik_apiserver::bind(args.listen).await.with_context(|| {
-        format!(
-            "cannot listen on {} (is another fabrik up running?)",
-            args.listen
-        )
-    })?;
     let settings = control_plane::api_settings(
         args.watch_bookmark_interval,
         bound.addr.to_string(),

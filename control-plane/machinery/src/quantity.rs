@@ -270,7 +270,7 @@ impl FromStr for Quantity {
                         mantissa = m;
                         break;
                     }
-                    sticky |= mantissa % 10 != 0;
+                    sticky |= !mantissa.is_multiple_of(10);
                     mantissa /= 10;
                     exp10 += 1;
                 }
@@ -293,7 +293,7 @@ impl FromStr for Quantity {
                 .and_then(|s| 10u128.checked_pow(s));
             match pow {
                 Some(p) => {
-                    sticky |= mantissa % p != 0;
+                    sticky |= !mantissa.is_multiple_of(p);
                     mantissa / p
                 }
                 None => {
