@@ -255,3 +255,127 @@ mod tests {
         assert_eq!(v.additional_printer_columns.as_ref().map(Vec::len), Some(7));
     }
 }
+
+/// How a tenant's GPUs are handed out (`spec.quota.gpuSharing`), parsed once by
+/// [`GpuSharingMode::parse`] for every place that reads it (the CLI, the Terraform provider,
+/// the tenant manager).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GpuSharingMode {
+    /// `whole`: one physical GPU per requested GPU.
+    Whole,
+    /// `mig:<N>g.<M>gb`: one MIG instance of this profile per requested GPU.
+    Mig {
+        /// Compute slices, 1 to 7 (a GPU has seven).
+        slices: u8,
+        /// Memory of the instance in GB, more than 0.
+        memory_gb: u32,
+    },
+    /// `share:<MiB>,<percent>`: a capped share of a GPU per requested GPU.
+    Share {
+        /// GPU memory of one share in MiB, more than 0.
+        memory_mib: u64,
+        /// Compute of one share, 1 to 100 percent.
+        compute_pct: u8,
+    },
+}
+
+impl GpuSharingMode {
+    /// Parses a `gpuSharing` value; the error names the value and the expected form.
+    pub fn parse(mode: &str) -> Result<GpuSharingMode, String> {
+        if mode == "whole" {
+            return Ok(GpuSharingMode::Whole);
+        }
+        if let Some(profile) = mode.strip_prefix("mig:") {
+            let parsed = profile.split_once('.').and_then(|(slices, memory)| {
+                let slices = slices.strip_suffix('g')?.parse::<u8>().ok()?;
+                let memory_gb = memory.strip_suffix("gb")?.parse::<u32>().ok()?;
+                ((1..=7).contains(&slices) && memory_gb > 0)
+                    .then_some(GpuSharingMode::Mig { slices, memory_gb })
+            });
+            return parsed.ok_or_else(|| {
+                format!(
+                    "{mode:?}: a MIG profile looks like mig:1g.18gb (1 to 7 slices, memory > 0)"
+                )
+            });
+        }
+        if let Some(rest) = mode.strip_prefix("share:") {
+            let parsed = rest.split_once(',').and_then(|(memory, compute)| {
+                let memory_mib = memory.parse::<u64>().ok()?;
+                let compute_pct = compute.parse::<u8>().ok()?;
+                (memory_mib > 0 && (1..=100).contains(&compute_pct)).then_some(
+                    GpuSharingMode::Share {
+                        memory_mib,
+                        compute_pct,
+                    },
+                )
+            });
+            return parsed.ok_or_else(|| {
+                format!(
+                    "{mode:?}: a shared slice looks like share:8192,25 (memory MiB > 0, compute % from 1 to 100)"
+                )
+            });
+        }
+        Err(format!(
+            "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb) or share:<memory MiB>,<compute %>"
+        ))
+    }
+}
+
+/// The longest tenant name: its host namespace (`fabrik-<name>`) and the host names derived
+/// from it must stay within Kubernetes' 63-character labels.
+pub const MAX_TENANT_NAME: usize = 40;
+
+/// Checks `spec.owners`: each a user name, or `group:<name>`, neither empty.
+pub fn check_owners(owners: &[String]) -> Result<(), String> {
+    for owner in owners {
+        let name = owner.strip_prefix("group:").unwrap_or(owner);
+        if name.trim().is_empty() {
+            return Err(format!(
+                "owner {owner:?}: give a user name or group:<name>, not an empty name"
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod gpu_sharing_tests {
+    use super::*;
+
+    #[test]
+    fn gpu_sharing_modes_parse_once_for_everyone() {
+        assert_eq!(GpuSharingMode::parse("whole"), Ok(GpuSharingMode::Whole));
+        assert_eq!(
+            GpuSharingMode::parse("mig:1g.18gb"),
+            Ok(GpuSharingMode::Mig {
+                slices: 1,
+                memory_gb: 18
+            })
+        );
+        assert_eq!(
+            GpuSharingMode::parse("share:8192,25"),
+            Ok(GpuSharingMode::Share {
+                memory_mib: 8192,
+                compute_pct: 25
+            })
+        );
+        for bad in [
+            "half",
+            "mig:0g.5gb",
+            "mig:8g.10gb",
+            "mig:1g.0gb",
+            "mig:big",
+            "share:8192",
+            "share:0,10",
+            "share:100,0",
+            "share:100,101",
+            "",
+        ] {
+            assert!(GpuSharingMode::parse(bad).is_err(), "{bad}");
+        }
+        assert!(check_owners(&["alice".into(), "group:team".into()]).is_ok());
+        for bad in ["", "group:", "  "] {
+            assert!(check_owners(&[bad.to_string()]).is_err(), "{bad:?}");
+        }
+    }
+}

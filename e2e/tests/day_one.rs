@@ -123,3 +123,99 @@ fn a_port_in_use_leaves_no_data_dir_behind() -> Result<()> {
     assert!(!dir.exists(), "nothing created: {:?}", listing(tmp.path()));
     Ok(())
 }
+
+/// The CLI's one error line for `fabrik tenant ARGS` (against `f`), which must fail.
+fn tenant_fails(f: &Fabrik, args: &[&str]) -> Result<String> {
+    let mut full = vec!["tenant"];
+    full.extend_from_slice(args);
+    let out = f.fabrik_cli(&full)?;
+    Ok(error_line(&out))
+}
+
+/// The tenants' names, as `fabrik tenant list` prints them.
+fn tenant_list(f: &Fabrik) -> Result<Vec<String>> {
+    let out = f.fabrik_cli(&["tenant", "list"])?;
+    if !out.status.success() {
+        bail!("tenant list: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next().map(str::to_string))
+        .collect())
+}
+
+#[test]
+fn bad_tenant_input_is_refused_in_one_line_and_creates_nothing() -> Result<()> {
+    let f = Fabrik::start_with(&["--nodes", "0"])?;
+    let before = tenant_list(&f)?;
+    let long70 = "a".repeat(70);
+    let long50 = "b".repeat(50);
+    let tmp = tempfile::tempdir()?;
+    let missing = tmp.path().join("no-such-dir").join("k1.kubeconfig");
+    let missing = missing.display().to_string();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["create", "m1", "--memory=-5Gi"],
+            "must not be negative",
+        ),
+        (vec!["create", "m2", "--cpu", "-1"], "must not be negative"),
+        (
+            vec!["create", "m3", "--gpus", "-1"],
+            "spec.quota.gpus must not be negative",
+        ),
+        (
+            vec!["create", "m4", "--gpu-sharing", "mig:0g.5gb"],
+            "a MIG profile looks like",
+        ),
+        (
+            vec!["create", "m5", "--gpu-sharing", "share:0,10"],
+            "a shared slice looks like",
+        ),
+        (vec!["create", "m6", "--owner", ""], "not an empty name"),
+        (
+            vec!["create", "m7", "--owner", "group:"],
+            "not an empty name",
+        ),
+        (vec!["create", &long70], "no more than 40 characters"),
+        (vec!["create", &long50], "no more than 40 characters"),
+        (
+            vec!["create", "k1", "--kubeconfig-out", &missing],
+            "does not exist; nothing was created",
+        ),
+        (vec!["kubeconfig", "nosuch"], "tenant nosuch not found"),
+        (vec!["get", "nosuch"], "tenant nosuch not found"),
+        (vec!["delete", "nosuch"], "tenant nosuch not found"),
+    ];
+    for (args, want) in cases {
+        let line = tenant_fails(&f, &args)?;
+        assert!(line.contains(want), "fabrik tenant {args:?}: {line}");
+        assert!(
+            !line.contains("-- -1"),
+            "no hint to make a value positional: {line}"
+        );
+    }
+    assert_eq!(tenant_list(&f)?, before, "nothing was created");
+
+    // A tenant's kubeconfig where the host's is needed is named for what it is.
+    let demo = f.data_dir().join("tenants").join("demo.kubeconfig");
+    let demo = demo.display().to_string();
+    let line = tenant_fails(&f, &["list", "--kubeconfig", &demo])?;
+    assert!(line.contains("points at a tenant cluster"), "{line}");
+
+    // Results go to stdout, progress to stderr; `get` shows no managedFields.
+    let out = f.fabrik_cli(&["tenant", "create", "ok1"])?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "tenant/ok1 created\n");
+    let got = f.fabrik_cli(&["tenant", "get", "ok1"])?;
+    let got = String::from_utf8_lossy(&got.stdout);
+    assert!(
+        got.contains("name: ok1") && !got.contains("managedFields"),
+        "{got}"
+    );
+    Ok(())
+}

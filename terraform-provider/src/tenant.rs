@@ -21,62 +21,27 @@ pub const SPEC_ATTRS: [&str; 5] = ["owners", "quota", "isolation", "network", "s
 pub const PRIVILEGES: [&str; 3] = ["privileged", "hostNamespaces", "hostPath"];
 
 /// Longest tenant name (its host namespace and objects derive their names from it).
-pub const MAX_NAME: usize = 40;
+pub const MAX_NAME: usize = fabrik_api::tenant::MAX_TENANT_NAME;
 
 /// Largest network segment (a 24-bit VXLAN VNI).
 pub const MAX_SEGMENT: i64 = (1 << 24) - 1;
 
 /// Checks a tenant name as the tenant manager does.
 pub fn check_name(name: &str) -> Result<(), String> {
+    if name.len() > MAX_NAME {
+        return Err(format!("must be no more than {MAX_NAME} characters"));
+    }
     let errs = dns1123_label(name);
     if !errs.is_empty() {
         return Err(errs.join("; "));
     }
-    if name.len() > MAX_NAME {
-        return Err(format!("must be no more than {MAX_NAME} characters"));
-    }
     Ok(())
 }
 
-/// Checks a GPU sharing mode: `whole`, `mig:<N>g.<M>gb` or `share:<MiB>,<percent>`.
+/// Checks a GPU sharing mode: `whole`, `mig:<N>g.<M>gb` or `share:<MiB>,<percent>` (the
+/// one parser every part of Fabrik uses).
 pub fn check_gpu_sharing(mode: &str) -> Result<(), String> {
-    if mode == "whole" {
-        return Ok(());
-    }
-    if let Some(profile) = mode.strip_prefix("mig:") {
-        let valid = profile.split_once('.').is_some_and(|(slices, memory)| {
-            let slices_ok = slices
-                .strip_suffix('g')
-                .and_then(|n| n.parse::<u8>().ok())
-                .is_some_and(|n| (1..=8).contains(&n));
-            let memory_ok = memory
-                .strip_suffix("gb")
-                .and_then(|n| n.parse::<u32>().ok())
-                .is_some_and(|n| n > 0);
-            slices_ok && memory_ok
-        });
-        return if valid {
-            Ok(())
-        } else {
-            Err(format!("{mode:?}: a MIG profile looks like mig:1g.18gb"))
-        };
-    }
-    if let Some(rest) = mode.strip_prefix("share:") {
-        let valid = rest.split_once(',').is_some_and(|(memory, compute)| {
-            memory.parse::<u64>().is_ok_and(|m| m > 0)
-                && compute.parse::<u8>().is_ok_and(|c| (1..=100).contains(&c))
-        });
-        return if valid {
-            Ok(())
-        } else {
-            Err(format!(
-                "{mode:?}: a shared slice looks like share:8192,25 (memory MiB > 0, compute % from 1 to 100)"
-            ))
-        };
-    }
-    Err(format!(
-        "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb) or share:<memory MiB>,<compute %>"
-    ))
+    fabrik_api::tenant::GpuSharingMode::parse(mode).map(|_| ())
 }
 
 fn at(base: &Path, name: &str) -> Path {

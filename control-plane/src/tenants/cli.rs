@@ -19,7 +19,8 @@ use super::manager::{valid_name, KUBECONFIG_SECRET};
 pub struct TenantArgs {
     #[command(subcommand)]
     command: TenantCommand,
-    /// Host kubeconfig (default: `KUBECONFIG`, else `DATA_DIR/host.kubeconfig`).
+    /// Host kubeconfig (default: `--data-dir`'s `host.kubeconfig`, else `KUBECONFIG`, else
+    /// the default data directory's).
     #[arg(long, global = true, value_name = "FILE")]
     kubeconfig: Option<PathBuf>,
     /// A `fabrik up` data directory whose `host.kubeconfig` to use.
@@ -58,26 +59,26 @@ struct CreateArgs {
     /// Tenant name (a DNS label of at most 40 characters).
     name: String,
     /// GPUs the tenant may use.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     gpus: Option<i64>,
     /// `whole`, `mig:PROFILE` (e.g. `mig:1g.18gb`) or `share:MEMORY_MIB,COMPUTE_PERCENT`.
     #[arg(long, value_name = "MODE")]
     gpu_sharing: Option<String>,
     /// CPU requests quota (e.g. `16`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     cpu: Option<String>,
     /// Memory requests quota (e.g. `64Gi`).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true)]
     memory: Option<String>,
     /// Pod count quota.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pods: Option<i64>,
     /// Node ports the tenant may hold (`NodePort` and `LoadBalancer` Services take one per
     /// port; host node ports are shared by every tenant). None unless given.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     node_ports: Option<i64>,
     /// `LoadBalancer` Services the tenant may have. None unless given.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
     load_balancers: Option<i64>,
     /// An owner: `USER` or `group:GROUP` (repeatable); owners are cluster-admin inside.
     #[arg(long = "owner", value_name = "USER|group:G")]
@@ -88,42 +89,6 @@ struct CreateArgs {
     /// Write the tenant's kubeconfig here once Ready (implies --wait).
     #[arg(long, value_name = "FILE")]
     kubeconfig_out: Option<PathBuf>,
-}
-
-/// Checks a `--gpu-sharing` value.
-pub fn parse_gpu_sharing(s: &str) -> Result<String> {
-    if s == "whole" {
-        return Ok(s.into());
-    }
-    if let Some(profile) = s.strip_prefix("mig:") {
-        let ok = profile.split_once('.').is_some_and(|(slices, mem)| {
-            slices.trim_end_matches('g').parse::<u8>().is_ok()
-                && slices.ends_with('g')
-                && mem.ends_with("gb")
-        });
-        if ok {
-            return Ok(s.into());
-        }
-        bail!("--gpu-sharing {s:?}: a MIG profile looks like mig:1g.18gb");
-    }
-    if let Some(rest) = s.strip_prefix("share:") {
-        let parts: Vec<&str> = rest.split(',').collect();
-        if let [mem, compute] = parts.as_slice() {
-            let mem: u64 = mem
-                .parse()
-                .with_context(|| format!("--gpu-sharing {s:?}: memory must be MiB, a number"))?;
-            let compute: u64 = compute
-                .parse()
-                .with_context(|| format!("--gpu-sharing {s:?}: compute must be a percentage"))?;
-            if mem > 0 && (1..=100).contains(&compute) {
-                return Ok(s.into());
-            }
-        }
-        bail!(
-            "--gpu-sharing {s:?}: a shared slice looks like share:8192,25 (memory MiB, compute %)"
-        );
-    }
-    bail!("--gpu-sharing {s:?}: use whole, mig:PROFILE or share:MEMORY_MIB,COMPUTE_PERCENT")
 }
 
 fn kubeconfig_path(args: &TenantArgs) -> Result<PathBuf> {
@@ -141,12 +106,37 @@ fn kubeconfig_path(args: &TenantArgs) -> Result<PathBuf> {
 
 async fn host_client(args: &TenantArgs) -> Result<kube::Client> {
     let path = kubeconfig_path(args)?;
-    let kc = kube::config::Kubeconfig::read_from(&path)
-        .with_context(|| format!("cannot read the host kubeconfig {} (is `fabrik up` running? pass --kubeconfig or --data-dir)", path.display()))?;
+    let kc = match kube::config::Kubeconfig::read_from(&path) {
+        Ok(kc) => kc,
+        Err(_) if !path.exists() => bail!(
+            "no host kubeconfig at {} (is `fabrik up` running? pass --kubeconfig or --data-dir)",
+            path.display()
+        ),
+        Err(e) => bail!("{} is not a kubeconfig: {e}", path.display()),
+    };
     let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
         .await
         .context("invalid host kubeconfig")?;
     Ok(kube::Client::try_from(config)?)
+}
+
+/// What a kube error means here: a tenant that is not there, or a cluster that serves no
+/// Tenants at all (a tenant's kubeconfig given where the host's is needed).
+fn explain(e: kube::Error, name: Option<&str>) -> anyhow::Error {
+    match e {
+        kube::Error::Api(s) if s.code == 404 && s.message.contains("requested resource") => {
+            anyhow::anyhow!(
+                "this cluster serves no Tenants: the kubeconfig points at a tenant cluster (or a \
+                 cluster without Fabrik), not a Fabrik host"
+            )
+        }
+        kube::Error::Api(s) if s.code == 404 => match name {
+            Some(name) => anyhow::anyhow!("tenant {name} not found"),
+            None => anyhow::anyhow!("not found: {}", s.message),
+        },
+        kube::Error::Api(s) => anyhow::anyhow!("{} ({})", s.message, s.reason),
+        other => other.into(),
+    }
 }
 
 async fn kubeconfig_of(client: &kube::Client, name: &str) -> Result<String> {
@@ -168,6 +158,28 @@ fn phase(t: &Tenant) -> String {
         .unwrap_or_else(|| "Pending".into())
 }
 
+/// Checks that `out` can be written before anything is created: its directory exists.
+fn check_output(out: &std::path::Path) -> Result<()> {
+    let dir = match out.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => std::path::Path::new("."),
+    };
+    if !dir.is_dir() {
+        bail!(
+            "--kubeconfig-out {}: the directory {} does not exist; nothing was created",
+            out.display(),
+            dir.display()
+        );
+    }
+    if out.is_dir() {
+        bail!(
+            "--kubeconfig-out {} is a directory; give a file name; nothing was created",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// Runs a `fabrik tenant` command.
 pub async fn run(args: TenantArgs) -> Result<()> {
     let client = host_client(&args).await?;
@@ -177,11 +189,6 @@ pub async fn run(args: TenantArgs) -> Result<()> {
             if let Err(why) = valid_name(&c.name) {
                 bail!("invalid tenant name {:?}: {why}", c.name);
             }
-            let gpu_sharing = c
-                .gpu_sharing
-                .as_deref()
-                .map(parse_gpu_sharing)
-                .transpose()?;
             let spec = TenantSpec {
                 owners: c.owners.clone(),
                 quota: Some(TenantQuota {
@@ -189,7 +196,7 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                     memory: c.memory.clone(),
                     pods: c.pods,
                     gpus: c.gpus,
-                    gpu_sharing,
+                    gpu_sharing: c.gpu_sharing.clone(),
                     node_ports: c.node_ports,
                     load_balancers: c.load_balancers,
                     ..Default::default()
@@ -198,17 +205,22 @@ pub async fn run(args: TenantArgs) -> Result<()> {
             };
             let tenant = Tenant::new(&c.name, spec);
             if let Err(why) = super::manager::valid_quota(&tenant) {
-                bail!("{why}");
+                bail!("invalid tenant {:?}: {why}", c.name);
             }
-            api.create(&PostParams::default(), &tenant)
-                .await
-                .map_err(|e| match e {
-                    kube::Error::Api(s) if s.code == 409 => {
-                        anyhow::anyhow!("tenant {} already exists", c.name)
-                    }
-                    other => other.into(),
-                })?;
-            eprintln!("tenant/{} created", c.name);
+            if let Some(out) = &c.kubeconfig_out {
+                check_output(out)?;
+            }
+            let params = PostParams {
+                field_manager: Some("fabrik-cli".into()),
+                ..Default::default()
+            };
+            api.create(&params, &tenant).await.map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 409 => {
+                    anyhow::anyhow!("tenant {} already exists", c.name)
+                }
+                other => explain(other, None),
+            })?;
+            println!("tenant/{} created", c.name);
             if c.wait || c.kubeconfig_out.is_some() {
                 let started = Instant::now();
                 let mut last = String::new();
@@ -244,48 +256,47 @@ pub async fn run(args: TenantArgs) -> Result<()> {
             }
         }
         TenantCommand::List => {
-            let list = api.list(&ListParams::default()).await?;
+            let list = api
+                .list(&ListParams::default())
+                .await
+                .map_err(|e| explain(e, None))?;
+            let rows: Vec<[String; 4]> = list
+                .items
+                .iter()
+                .map(|t| {
+                    let gpus = t
+                        .spec
+                        .quota
+                        .as_ref()
+                        .and_then(|q| q.gpus)
+                        .map(|g| g.to_string())
+                        .unwrap_or_default();
+                    let endpoint = t
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.endpoint.clone())
+                        .unwrap_or_default();
+                    [t.name_any(), phase(t), gpus, endpoint]
+                })
+                .collect();
             let mut out = std::io::stdout().lock();
-            writeln!(out, "{:<24} {:<10} {:<6} ENDPOINT", "NAME", "PHASE", "GPUS")?;
-            for t in list.items {
-                let gpus = t
-                    .spec
-                    .quota
-                    .as_ref()
-                    .and_then(|q| q.gpus)
-                    .map(|g| g.to_string())
-                    .unwrap_or_else(|| "-".into());
-                let endpoint = t
-                    .status
-                    .as_ref()
-                    .and_then(|s| s.endpoint.clone())
-                    .unwrap_or_default();
-                writeln!(
-                    out,
-                    "{:<24} {:<10} {:<6} {endpoint}",
-                    t.name_any(),
-                    phase(&t),
-                    gpus
-                )?;
-            }
+            write!(
+                out,
+                "{}",
+                table(&["NAME", "PHASE", "GPUS", "ENDPOINT"], &rows)
+            )?;
         }
         TenantCommand::Get { name } => {
-            let t = api.get(name).await.map_err(|e| match e {
-                kube::Error::Api(s) if s.code == 404 => anyhow::anyhow!("tenant {name} not found"),
-                other => other.into(),
-            })?;
+            let mut t = api.get(name).await.map_err(|e| explain(e, Some(name)))?;
+            // As `kubectl get -o yaml` shows it by default: without managedFields.
+            t.metadata.managed_fields = None;
             print!("{}", serde_yaml_ng::to_string(&t)?);
         }
         TenantCommand::Delete { name, wait } => {
             api.delete(name, &DeleteParams::default())
                 .await
-                .map_err(|e| match e {
-                    kube::Error::Api(s) if s.code == 404 => {
-                        anyhow::anyhow!("tenant {name} not found")
-                    }
-                    other => other.into(),
-                })?;
-            eprintln!("tenant/{name} deleted");
+                .map_err(|e| explain(e, Some(name)))?;
+            println!("tenant/{name} deleted");
             if *wait {
                 let started = Instant::now();
                 while api.get_opt(name).await?.is_some() {
@@ -297,9 +308,39 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                 eprintln!("tenant/{name} gone in {} ms", started.elapsed().as_millis());
             }
         }
-        TenantCommand::Kubeconfig { name } => print!("{}", kubeconfig_of(&client, name).await?),
+        TenantCommand::Kubeconfig { name } => {
+            api.get(name).await.map_err(|e| explain(e, Some(name)))?;
+            print!("{}", kubeconfig_of(&client, name).await?)
+        }
     }
     Ok(())
+}
+
+/// Rows under a header, each column as wide as its widest cell, two spaces apart (as kubectl
+/// prints tables); no trailing spaces.
+fn table(header: &[&str], rows: &[[String; 4]]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut l = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                l.push_str(cell);
+            } else {
+                l.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.to_vec());
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -307,19 +348,21 @@ mod tests {
     use super::*;
 
     #[test]
-    fn gpu_sharing_values() {
-        for ok in ["whole", "mig:1g.18gb", "mig:7g.141gb", "share:8192,25"] {
-            assert!(parse_gpu_sharing(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "half",
-            "mig:big",
-            "share:8192",
-            "share:x,10",
-            "share:100,0",
-            "share:100,101",
-        ] {
-            assert!(parse_gpu_sharing(bad).is_err(), "{bad}");
-        }
+    fn tables_align_to_their_widest_cell() {
+        let rows = [
+            [
+                "a-very-long-tenant-name-of-forty-chars-x".to_string(),
+                "Ready".into(),
+                String::new(),
+                "https://x".into(),
+            ],
+            ["b".into(), "Pending".into(), "2".into(), String::new()],
+        ];
+        let t = table(&["NAME", "PHASE", "GPUS", "ENDPOINT"], &rows);
+        let lines: Vec<&str> = t.lines().collect();
+        let col = |l: &str| l.find("Ready").or(l.find("Pending")).or(l.find("PHASE"));
+        assert_eq!(col(lines[0]), col(lines[1]));
+        assert_eq!(col(lines[1]), col(lines[2]));
+        assert!(lines.iter().all(|l| !l.ends_with(' ')), "{t}");
     }
 }

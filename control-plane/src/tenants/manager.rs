@@ -171,6 +171,11 @@ struct Ctx {
 /// Whether a tenant name is usable: a DNS label short enough for `fabrik-<name>` and the
 /// syncer's `<name>-x-<ns>-x-<tenant>` host names.
 pub fn valid_name(name: &str) -> Result<(), String> {
+    // One limit, stated once: the tenant's own, tighter than a DNS label's 63.
+    let max = fabrik_api::tenant::MAX_TENANT_NAME;
+    if name.len() > max {
+        return Err(format!("must be no more than {max} characters"));
+    }
     let errs = fabrik_machinery::validation::dns1123_label(name);
     if !errs.is_empty() {
         return Err(errs.join("; "));
@@ -219,17 +224,29 @@ pub fn host_namespace_problem(
 
 /// Whether the quota's quantities parse (they become the host ResourceQuota's `hard`).
 pub fn valid_quota(tenant: &Tenant) -> Result<(), String> {
+    fabrik_api::tenant::check_owners(&tenant.spec.owners)
+        .map_err(|e| format!("spec.owners: {e}"))?;
     let Some(q) = &tenant.spec.quota else {
         return Ok(());
     };
     for (field, value) in [("cpu", &q.cpu), ("memory", &q.memory)] {
         if let Some(v) = value {
-            if v.parse::<fabrik_machinery::quantity::Quantity>().is_err() {
-                return Err(format!(
-                    "spec.quota.{field}: {v:?} is not a quantity (e.g. 16, 500m, 64Gi)"
-                ));
+            match v.parse::<fabrik_machinery::quantity::Quantity>() {
+                Err(_) => {
+                    return Err(format!(
+                        "spec.quota.{field}: {v:?} is not a quantity (e.g. 16, 500m, 64Gi)"
+                    ))
+                }
+                Ok(q) if q.is_negative() => {
+                    return Err(format!("spec.quota.{field}: {v:?} must not be negative"))
+                }
+                Ok(_) => {}
             }
         }
+    }
+    if let Some(mode) = &q.gpu_sharing {
+        fabrik_api::tenant::GpuSharingMode::parse(mode)
+            .map_err(|e| format!("spec.quota.gpuSharing: {e}"))?;
     }
     for (field, value) in [
         ("pods", q.pods),
@@ -732,22 +749,24 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
             ..Default::default()
         });
     }
+    // Checked by `valid_quota` before a tenant is served; anything else is whole GPUs.
     let gpu_sharing = match tenant
         .spec
         .quota
         .as_ref()
         .and_then(|q| q.gpu_sharing.as_deref())
+        .map(fabrik_api::tenant::GpuSharingMode::parse)
     {
-        Some(s) if s.starts_with("mig:") => syncer::GpuSharing::Mig(s[4..].to_string()),
-        Some(s) if s.starts_with("share:") => {
-            let mut parts = s[6..].split(',');
-            let mem = parts.next().and_then(|m| m.parse().ok()).unwrap_or(0);
-            let pct = parts.next().and_then(|c| c.parse().ok()).unwrap_or(0);
-            syncer::GpuSharing::Shared {
-                memory_mib: mem,
-                compute_pct: pct,
-            }
+        Some(Ok(fabrik_api::tenant::GpuSharingMode::Mig { slices, memory_gb })) => {
+            syncer::GpuSharing::Mig(format!("{slices}g.{memory_gb}gb"))
         }
+        Some(Ok(fabrik_api::tenant::GpuSharingMode::Share {
+            memory_mib,
+            compute_pct,
+        })) => syncer::GpuSharing::Shared {
+            memory_mib,
+            compute_pct: u32::from(compute_pct),
+        },
         _ => syncer::GpuSharing::Whole,
     };
     syncer::Policy {
