@@ -61,6 +61,7 @@ pub mod pods;
 pub mod policy;
 pub mod queue;
 pub mod reconcile;
+pub mod retry;
 pub mod service_ips;
 pub mod services;
 pub mod tokens;
@@ -128,9 +129,6 @@ pub enum Error {
 
 /// Keys reconciled together.
 const BATCH: usize = 64;
-
-/// How long a failed key waits before it is tried again.
-const RETRY: Duration = Duration::from_secs(1);
 
 /// Every object is looked at again this often, whatever the watches said.
 const RESYNC: Duration = Duration::from_secs(300);
@@ -264,6 +262,7 @@ async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
     );
     let mut resync = tokio::time::interval(RESYNC);
     resync.tick().await;
+    let retries = Arc::new(retry::Retries::default());
     loop {
         let batch = tokio::select! {
             b = queue.take(BATCH) => b,
@@ -275,13 +274,16 @@ async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
         let steps = batch.into_iter().map(|key| {
             let ctx = ctx.clone();
             let queue = queue.clone();
+            let retries = retries.clone();
             async move {
-                if let Err(e) = reconcile::reconcile(&ctx, &key).await {
-                    tracing::warn!(tenant = %ctx.tenant, ?key, error = %e, "sync failed; retrying");
-                    tokio::spawn(async move {
-                        tokio::time::sleep(RETRY).await;
-                        queue.push(key);
-                    });
+                match reconcile::reconcile(&ctx, &key).await {
+                    Ok(()) => retries.succeeded(&ctx.tenant, &key),
+                    Err(e) => {
+                        let wait = retries.failed(&ctx.tenant, &key, &e.to_string());
+                        // One timer per key (push_after keeps the earliest): a key failing
+                        // again, or pushed by the resync meanwhile, never starts a second loop.
+                        queue.push_after(key, wait);
+                    }
                 }
             }
         });

@@ -22,7 +22,7 @@ use crate::{
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// A write to the host failed.
-    #[error("host {verb} of {kind:?} {name} failed: {source}")]
+    #[error("host {verb} of {kind:?} {name} failed: {}", brief(source))]
     Host {
         /// What was done.
         verb: &'static str,
@@ -35,7 +35,7 @@ pub enum Error {
         source: kube::Error,
     },
     /// A write to the tenant failed.
-    #[error("tenant {verb} of {kind:?} {name} failed: {source}")]
+    #[error("tenant {verb} of {kind:?} {name} failed: {}", brief(source))]
     Tenant {
         /// What was done.
         verb: &'static str,
@@ -50,6 +50,15 @@ pub enum Error {
     /// A host pod could not be built.
     #[error("building the host pod failed: {0}")]
     Build(#[from] pods::Error),
+}
+
+/// A kube error in a few words: an API server's refusal as its message, reason and code (not
+/// the client's debug dump of the whole Status).
+pub fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({}, {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
 }
 
 /// Everything a reconcile step reads.
