@@ -12,33 +12,13 @@
 //! Run: `cargo run -p fabrik-store --release --example large_values [WRITES] [ROUNDS]`
 
 use std::error::Error;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use fabrik_store::{SledBackend, SledConfig, Store};
+use fabrik_store::{disk_use, SledBackend, SledConfig, Store};
 
 const MIB: u64 = 1024 * 1024;
-
-/// Allocated bytes of every file under `dir` (sled's threads may remove a file meanwhile: a
-/// file gone is not counted).
-fn disk_use(dir: &Path) -> std::io::Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = match entry.metadata() {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
-            other => other?,
-        };
-        if meta.is_dir() {
-            total += disk_use(&entry.path())?;
-        } else {
-            total += meta.blocks() * 512;
-        }
-    }
-    Ok(total)
-}
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / MIB as f64)

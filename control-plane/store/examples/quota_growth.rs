@@ -15,28 +15,13 @@
 //! Run: `cargo run -p fabrik-store --release --example quota_growth [WRITES]`
 
 use std::error::Error;
-use std::os::unix::fs::MetadataExt;
-use std::path::Path;
 
 use bytes::Bytes;
-use fabrik_store::{SledBackend, SledConfig, SledStore, StorageLimits, Store, StoreError};
+use fabrik_store::{
+    disk_use, SledBackend, SledConfig, SledStore, StorageLimits, Store, StoreError,
+};
 
 const MIB: u64 = 1024 * 1024;
-
-/// Allocated bytes of every file under `dir`.
-fn disk_use(dir: &Path) -> std::io::Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = entry.metadata()?;
-        if meta.is_dir() {
-            total += disk_use(&entry.path())?;
-        } else {
-            total += meta.blocks() * 512;
-        }
-    }
-    Ok(total)
-}
 
 fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / MIB as f64)

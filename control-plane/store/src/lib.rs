@@ -43,7 +43,7 @@ pub use etcd_backend::{
 };
 pub use quota::{update_grace, StorageLimits, StorageUsage};
 pub use sled_backend::{
-    ChunkError, SledBackend, SledConfig, SledStore, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY,
+    disk_use, ChunkError, SledBackend, SledConfig, SledStore, DEFAULT_CACHE_BYTES, DEFAULT_HISTORY,
     DEFAULT_HISTORY_BYTES, INITIAL_REVISION,
 };
 pub use store::Store;

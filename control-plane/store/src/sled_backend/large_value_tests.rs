@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::error::Error;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
@@ -13,7 +12,7 @@ use futures::StreamExt;
 
 use super::chunks::{self, CHUNK_BYTES};
 use super::codec::{self, StoredValue, ValueRef};
-use super::{SledBackend, SledConfig, SledStore};
+use super::{disk_use, SledBackend, SledConfig, SledStore};
 use crate::{Event, EventKind, KeyValue, ListOptions, Revision, Store, WatchItem, WatchStream};
 
 type TestResult = Result<(), Box<dyn Error>>;
@@ -44,25 +43,6 @@ async fn next_event(stream: &mut WatchStream) -> Result<Event, Box<dyn Error>> {
             return Ok(event);
         }
     }
-}
-
-/// Allocated bytes of every file under `dir` (sled's threads may remove a file meanwhile: a
-/// file gone is not counted).
-fn disk_use(dir: &Path) -> std::io::Result<u64> {
-    let mut total = 0;
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let meta = match entry.metadata() {
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => continue,
-            other => other?,
-        };
-        total += if meta.is_dir() {
-            disk_use(&entry.path())?
-        } else {
-            meta.blocks() * 512
-        };
-    }
-    Ok(total)
 }
 
 /// The chunk keys the keyspace's objects and log entries refer to must be exactly the keys of
