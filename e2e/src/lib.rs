@@ -99,6 +99,8 @@ pub struct Fabrik {
     dir: tempfile::TempDir,
     /// Extra arguments given to `fabrik up`.
     args: Vec<String>,
+    /// Extra environment variables of `fabrik up`.
+    env: Vec<(String, String)>,
 }
 
 impl Fabrik {
@@ -109,11 +111,20 @@ impl Fabrik {
 
     /// Starts with extra `fabrik up` arguments.
     pub fn start_with(args: &[&str]) -> Result<Fabrik> {
+        Self::start_with_env(args, &[])
+    }
+
+    /// Starts with extra `fabrik up` arguments and environment variables (`FABRIK_LOG`, ...).
+    pub fn start_with_env(args: &[&str], env: &[(&str, &str)]) -> Result<Fabrik> {
         let dir = tempfile::tempdir().context("tempdir")?;
         let mut f = Fabrik {
             child: None,
             dir,
             args: args.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
         };
         f.spawn()?;
         Ok(f)
@@ -136,6 +147,7 @@ impl Fabrik {
             .arg("--listen")
             .arg("127.0.0.1:0")
             .args(&self.args)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)

@@ -219,3 +219,208 @@ fn bad_tenant_input_is_refused_in_one_line_and_creates_nothing() -> Result<()> {
     );
     Ok(())
 }
+
+/// Polls `check` every 100 ms until it gives a value or `within` has passed.
+fn poll<T>(
+    within: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Result<Option<T>>,
+) -> Result<T> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        if let Some(v) = check()? {
+            return Ok(v);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("{what}: not within {} s", within.as_secs());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn json_of(out: &str) -> Result<serde_json::Value> {
+    Ok(serde_json::from_str(out)?)
+}
+
+/// Item 2: a pod without requests in a tenant whose memory quota is below the host's default
+/// request is refused at `kubectl run` (the tenant applies the host's defaults); a pod the host
+/// refuses for a reason the tenant cannot see (an operator's quota on the host namespace) is
+/// told in the tenant — a `PodScheduled=False` condition and one Warning Event naming the
+/// reason — retried with backoff by one loop (one warning, a few debug retries, not one a
+/// second), and runs once the host accepts it.
+#[test]
+fn a_pod_the_host_refuses_is_told_in_the_tenant_and_retried_with_backoff() -> Result<()> {
+    let f = Fabrik::start_with_env(&[], &[("FABRIK_LOG", "info,syncer=debug")])?;
+    let k = e2e::kubectls().pop().expect("kubectl");
+    let cfg = f.data_dir().join("m2.kubeconfig");
+    let cfg_s = cfg.display().to_string();
+    let out = f.fabrik_cli(&[
+        "tenant",
+        "create",
+        "m2",
+        "--memory",
+        "100Mi",
+        "--wait",
+        "--kubeconfig-out",
+        &cfg_s,
+    ])?;
+    if !out.status.success() {
+        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // Refused at once: the host's default request (128Mi) does not fit 100Mi.
+    let out = e2e::kc(&k, &cfg, &["run", "nolimits", "--image=busybox"])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "admitted: {err}");
+    assert!(
+        err.contains("exceeded the quota of tenant \"m2\"") && err.contains("requests.memory"),
+        "{err}"
+    );
+    // What the tenant admitted carries the defaults it was counted with.
+    let pod = |name: &str, mem: &str| {
+        format!(
+            r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{name}"}},
+"spec":{{"containers":[{{"name":"c","image":"busybox","resources":{{"requests":{{"memory":"{mem}"}}}}}}]}}}}"#
+        )
+    };
+    let dir = tempfile::tempdir()?;
+    let apply = |name: &str, body: String| -> Result<Output> {
+        let file = dir.path().join(format!("{name}.json"));
+        std::fs::write(&file, body)?;
+        e2e::kc(&k, &cfg, &["create", "-f", &file.display().to_string()])
+    };
+    let out = apply("small", pod("small", "50Mi"))?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let small = json_of(&e2e::kc_ok(
+        &k,
+        &cfg,
+        &["get", "pod", "small", "-o", "json"],
+    )?)?;
+    assert_eq!(
+        small["spec"]["containers"][0]["resources"]["requests"]["cpu"], "100m",
+        "host default applied in the tenant: {small}"
+    );
+    e2e::kc_ok(&k, &cfg, &["delete", "pod", "small", "--wait=false"])?;
+
+    // An operator's quota on the host namespace, which the tenant does not see.
+    let host = f.kubeconfig();
+    let quota = dir.path().join("ops.json");
+    std::fs::write(
+        &quota,
+        r#"{"apiVersion":"v1","kind":"ResourceQuota","metadata":{"name":"ops","namespace":"fabrik-m2"},"spec":{"hard":{"count/pods":"0","pods":"0"}}}"#,
+    )?;
+    e2e::kc_ok(&k, &host, &["create", "-f", &quota.display().to_string()])?;
+    let out = apply("blocked", pod("blocked", "50Mi"))?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let started = std::time::Instant::now();
+
+    let condition = poll(Duration::from_secs(20), "RefusedByHost condition", || {
+        let p = json_of(&e2e::kc_ok(
+            &k,
+            &cfg,
+            &["get", "pod", "blocked", "-o", "json"],
+        )?)?;
+        Ok(p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled" && c["reason"] == "RefusedByHost")
+            .cloned())
+    })?;
+    assert_eq!(condition["status"], "False");
+    let message = condition["message"].as_str().unwrap_or("");
+    assert!(message.contains("exceeded quota: ops"), "{condition}");
+    let events = poll(Duration::from_secs(20), "RefusedByHost Event", || {
+        let list = json_of(&e2e::kc_ok(
+            &k,
+            &cfg,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "involvedObject.name=blocked",
+                "-o",
+                "json",
+            ],
+        )?)?;
+        let found: Vec<serde_json::Value> = list["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| e["reason"] == "RefusedByHost")
+            .cloned()
+            .collect();
+        Ok((!found.is_empty()).then_some(found))
+    })?;
+    assert_eq!(events[0]["type"], "Warning");
+    assert!(
+        events[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("exceeded quota: ops")),
+        "{}",
+        events[0]
+    );
+
+    // Backoff, one loop: over 12 s, retries at 1, 2, 4, 8 s intervals (at most 5 attempts, and
+    // never more than one retry loop: a loop per resync would add attempts), one warning.
+    let window = Duration::from_secs(12);
+    if let Some(rest) = window.checked_sub(started.elapsed()) {
+        std::thread::sleep(rest);
+    }
+    let log = f.log();
+    let ours = |l: &&str| l.contains("name: \"blocked\"") && l.contains("Pod");
+    let warnings = log
+        .lines()
+        .filter(ours)
+        .filter(|l| l.contains("sync failed; retrying with backoff"))
+        .count();
+    let retries = log
+        .lines()
+        .filter(ours)
+        .filter(|l| l.contains("sync failed again"))
+        .count();
+    assert_eq!(warnings, 1, "one warning per distinct error:\n{log}");
+    assert!(
+        (1..=5).contains(&retries),
+        "backoff: {retries} retries in {} s:\n{log}",
+        started.elapsed().as_secs()
+    );
+    let events = json_of(&e2e::kc_ok(&k, &cfg, &["get", "events", "-o", "json"])?)?;
+    let refused = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "RefusedByHost")
+        .count();
+    assert_eq!(refused, 1, "one Event per distinct refusal: {events}");
+
+    // Once the host accepts it, the pod is placed.
+    e2e::kc_ok(
+        &k,
+        &host,
+        &["delete", "resourcequota", "ops", "-n", "fabrik-m2"],
+    )?;
+    poll(
+        Duration::from_secs(60),
+        "pod placed after the host quota went",
+        || {
+            let p = json_of(&e2e::kc_ok(
+                &k,
+                &cfg,
+                &["get", "pod", "blocked", "-o", "json"],
+            )?)?;
+            Ok(p["spec"]["nodeName"]
+                .as_str()
+                .is_some_and(|n| !n.is_empty())
+                .then_some(()))
+        },
+    )?;
+    Ok(())
+}

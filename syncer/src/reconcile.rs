@@ -761,7 +761,22 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         if mounts_config_map(&tpod, ROOT_CA_CONFIG_MAP) {
             simple(ctx, Kind::ConfigMap, ns, ROOT_CA_CONFIG_MAP).await?;
         }
-        return ctx.host_create(Kind::Pod, &want).await;
+        return match ctx.host_create(Kind::Pod, &want).await {
+            Err(Error::Host {
+                source: kube::Error::Api(status),
+                ..
+            }) if is_refusal(status.code) => {
+                refused_by_host(ctx, &tpod, ns, name, &status).await;
+                // Retried with backoff: the host's quota or policy may change.
+                Err(Error::Host {
+                    verb: "create",
+                    kind: Kind::Pod,
+                    name: hname,
+                    source: kube::Error::Api(status),
+                })
+            }
+            other => other,
+        };
     };
     // Up: binding, then status.
     let node = h["spec"]["nodeName"].as_str().unwrap_or("");
@@ -799,6 +814,50 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// Why a tenant pod's host copy was refused, in the tenant pod's conditions and Events.
+pub const REASON_REFUSED_BY_HOST: &str = "RefusedByHost";
+
+/// Whether an API status code is the host refusing the object (as opposed to failing to answer).
+fn is_refusal(code: u16) -> bool {
+    matches!(code, 400 | 403 | 422)
+}
+
+/// Tells the tenant that the host refused `tpod`'s copy: a `PodScheduled=False` condition with
+/// the host's message, and a Warning Event written once per distinct message. Best effort: the
+/// refusal is retried whatever becomes of this.
+async fn refused_by_host(
+    ctx: &Context,
+    tpod: &Value,
+    ns: &str,
+    name: &str,
+    status: &kube::core::Status,
+) {
+    let message = format!("the host refused the pod: {}", status.message);
+    let condition = json!([{"type": "PodScheduled", "status": "False",
+        "reason": REASON_REFUSED_BY_HOST, "message": message}]);
+    if !contains(&tpod["status"]["conditions"], &condition) {
+        let mut st = Map::new();
+        st.insert("conditions".into(), condition);
+        if let Err(e) = ctx.tenant_status(Kind::Pod, ns, name, st).await {
+            tracing::debug!(tenant = %ctx.tenant, %ns, %name, error = %e, "pod condition not written");
+        }
+    }
+    let uid = tpod["metadata"]["uid"].as_str().unwrap_or("");
+    if let Err(e) = report(
+        ctx,
+        Kind::Pod,
+        ns,
+        name,
+        uid,
+        REASON_REFUSED_BY_HOST,
+        &message,
+    )
+    .await
+    {
+        tracing::debug!(tenant = %ctx.tenant, %ns, %name, error = %e, "refusal Event not written");
+    }
 }
 
 /// The ConfigMap upstream's root-CA publisher puts in every namespace, which the

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use fabrik_api::tenant::{host_namespace, SecretRef, Tenant, TenantStatus, TENANT_FINALIZER};
 use fabrik_apiserver::admission::cluster_quota::ClusterQuota;
+use fabrik_apiserver::admission::limit_ranger::LimitRanger;
 use fabrik_apiserver::admission::resource_quota::ResourceQuota as ResourceQuotaAdmission;
 use fabrik_apiserver::pki::{Ca, PkiError};
 use fabrik_apiserver::router::Router;
@@ -861,6 +862,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
             cluster.server.registry().add_admission(admission.clone());
+            cluster.server.registry().add_admission(host_defaults());
             let quota = Arc::new(ClusterQuota::new(
                 &format!("tenant \"{name}\""),
                 tenant_quota_hard(&tenant),
@@ -983,8 +985,13 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
         apply(&quotas, "fabrik-quota", json!({"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "fabrik-quota"}, "spec": {"hard": hard}})).await?;
     }
     let limits: Api<LimitRange> = Api::namespaced(ctx.host.clone(), &ns);
-    apply(&limits, "fabrik-defaults", json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "fabrik-defaults"},
-        "spec": {"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}]}})).await?;
+    apply(
+        &limits,
+        "fabrik-defaults",
+        json!({"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "fabrik-defaults"},
+        "spec": host_limit_range()}),
+    )
+    .await?;
     let policies: Api<NetworkPolicy> = Api::namespaced(ctx.host.clone(), &ns);
     apply(&policies, "fabrik-isolation", json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "fabrik-isolation"},
         "spec": {"podSelector": {}, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": {}}]}]}})).await?;
@@ -1083,6 +1090,22 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     Ok(Action::await_change())
 }
 
+/// The spec of the LimitRange in every tenant's host namespace: the requests a container that
+/// states none is given on the host.
+fn host_limit_range() -> serde_json::Value {
+    json!({"limits": [{"type": "Container", "defaultRequest": {"cpu": "100m", "memory": "128Mi"}}]})
+}
+
+/// The host namespace's LimitRange applied in the tenant too (after the tenant's own), so that a
+/// pod the host would default over the tenant's quota is refused at once in the tenant instead
+/// of admitted there and refused on the host.
+fn host_defaults() -> Arc<dyn fabrik_apiserver::admission::Admission> {
+    Arc::new(LimitRanger::fixed(
+        "HostLimitRange",
+        vec![host_limit_range()],
+    ))
+}
+
 /// The tenant quota a follower of `tenant` enforces: the one this replica keeps for the tenant
 /// (created on first use), following the spec, counting exactly — every replica serving the
 /// tenant writes its store, so no replica's own bookkeeping sees all writes. Namespace
@@ -1154,8 +1177,12 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     };
     // ... and enforces the tenant's quota, like the owner (see `follower_quota`).
     let quota = follower_quota(&ctx.rt, tenant);
-    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> =
-        vec![admission, quota, Arc::new(ResourceQuotaAdmission::exact())];
+    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> = vec![
+        admission,
+        host_defaults(),
+        quota,
+        Arc::new(ResourceQuotaAdmission::exact()),
+    ];
     let rt = &ctx.rt;
     let mut settings = rt.settings.clone();
     with_host_addresses(&mut settings, ctx, &name);

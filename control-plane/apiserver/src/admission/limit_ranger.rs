@@ -1,6 +1,12 @@
 //! LimitRanger: a namespace's LimitRanges give containers default requests and limits, and
 //! bound them (`min`, `max`, `maxLimitRequestRatio`) per container and per pod. A pod outside
 //! the bounds is refused with upstream's messages.
+//!
+//! [`LimitRanger::fixed`] is the same plugin over ranges given once for every namespace rather
+//! than read from the namespace: a tenant cluster gets the ranges of its host namespace this
+//! way, so that a pod the host would default and then refuse is defaulted and refused in the
+//! tenant already. It runs after the namespace's own ranges (which the tenant's pods carry to
+//! the host), so that it fills only what they leave open, as the host's ranges do.
 
 use fabrik_machinery::quantity::Quantity;
 use fabrik_machinery::resources::{pod_limits, pod_requests, ResourceList};
@@ -11,7 +17,44 @@ use crate::error::ApiError;
 use crate::registry::ListParams;
 
 /// The plugin.
-pub struct LimitRanger;
+#[derive(Default)]
+pub struct LimitRanger {
+    /// Ranges given once (LimitRange objects) instead of the namespace's, with the plugin's
+    /// name in messages.
+    fixed: Option<(&'static str, Vec<Value>)>,
+}
+
+impl LimitRanger {
+    /// The plugin over every namespace's own LimitRanges (upstream's).
+    pub fn namespaced() -> LimitRanger {
+        LimitRanger::default()
+    }
+
+    /// The plugin over `ranges` (LimitRange objects, or just their `spec`s), the same in every
+    /// namespace; `name` names it in the chain.
+    pub fn fixed(name: &'static str, ranges: Vec<Value>) -> LimitRanger {
+        let ranges = ranges
+            .into_iter()
+            .map(|r| {
+                if r.get("spec").is_some() {
+                    r
+                } else {
+                    json!({ "spec": r })
+                }
+            })
+            .collect();
+        LimitRanger {
+            fixed: Some((name, ranges)),
+        }
+    }
+
+    async fn ranges(&self, req: &Request<'_>) -> Result<Vec<Value>, ApiError> {
+        match &self.fixed {
+            Some((_, ranges)) => Ok(ranges.clone()),
+            None => limit_ranges(req).await,
+        }
+    }
+}
 
 fn quantities(v: &Value) -> Vec<(String, Quantity)> {
     v.as_object()
@@ -111,7 +154,10 @@ fn check_bounds(
 #[async_trait::async_trait]
 impl Admission for LimitRanger {
     fn name(&self) -> &'static str {
-        "LimitRanger"
+        match &self.fixed {
+            Some((name, _)) => name,
+            None => "LimitRanger",
+        }
     }
 
     async fn mutate(
@@ -123,7 +169,7 @@ impl Admission for LimitRanger {
         if req.op != Operation::Create || !req.is_core("pods") || req.subresource.is_some() {
             return Ok(());
         }
-        let ranges = limit_ranges(req).await?;
+        let ranges = self.ranges(req).await?;
         for item in items(&ranges, "Container") {
             // Upstream defaulting: default limit ← max; default request ← default limit.
             let mut default_limit = quantities(&item["default"]);
@@ -161,7 +207,7 @@ impl Admission for LimitRanger {
         if req.op != Operation::Create || !req.is_core("pods") || req.subresource.is_some() {
             return Ok(Verdict::ok());
         }
-        let ranges = limit_ranges(req).await?;
+        let ranges = self.ranges(req).await?;
         if ranges.is_empty() {
             return Ok(Verdict::ok());
         }

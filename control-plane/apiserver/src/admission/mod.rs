@@ -134,7 +134,7 @@ impl Chain {
         let chain = Chain::default();
         chain.push(Arc::new(namespace_lifecycle::NamespaceLifecycle));
         chain.push(Arc::new(service_account::ServiceAccount));
-        chain.push(Arc::new(limit_ranger::LimitRanger));
+        chain.push(Arc::new(limit_ranger::LimitRanger::namespaced()));
         chain.push(Arc::new(pod_security::PodSecurity));
         chain.push(Arc::new(policy::ValidatingAdmissionPolicy));
         chain.push(Arc::new(resource_quota::ResourceQuota::default()));
