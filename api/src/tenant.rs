@@ -50,32 +50,41 @@ pub struct TenantSpec {
 pub struct TenantQuota {
     /// CPU requests, as a quantity (`16`, `500m`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(QUANTITY_PATTERN))]
     pub cpu: Option<String>,
     /// Memory requests, as a quantity (`64Gi`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(QUANTITY_PATTERN))]
     pub memory: Option<String>,
     /// Number of pods.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub pods: Option<i64>,
     /// GPUs (whole GPUs, MIG slices or shared slices, per `gpuSharing`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub gpus: Option<i64>,
     /// `whole`, `mig:<profile>` (e.g. `mig:1g.18gb`) or `share:<memory MiB>,<compute %>`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(GPU_SHARING_PATTERN))]
     pub gpu_sharing: Option<String>,
     /// `NodePort` (and `LoadBalancer`, which holds node ports too) Services the tenant may have
     /// (`services.nodeports`; host node ports are shared by every tenant). 0 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub node_ports: Option<i64>,
     /// `LoadBalancer` Services the tenant may have (`services.loadbalancers`). 0 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub load_balancers: Option<i64>,
     /// Bytes the tenant's objects may take in the control plane's store, as a quantity
     /// (`512Mi`). A default applies when unset (see docs/security.md).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(pattern(QUANTITY_PATTERN))]
     pub storage: Option<String>,
     /// Objects the tenant may keep in the control plane's store. A default applies when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub objects: Option<i64>,
 }
 
@@ -287,8 +296,8 @@ impl GpuSharingMode {
         }
         if let Some(profile) = mode.strip_prefix("mig:") {
             let parsed = profile.split_once('.').and_then(|(slices, memory)| {
-                let slices = slices.strip_suffix('g')?.parse::<u8>().ok()?;
-                let memory_gb = memory.strip_suffix("gb")?.parse::<u32>().ok()?;
+                let slices = u8::try_from(number(slices.strip_suffix('g')?, 1)?).ok()?;
+                let memory_gb = u32::try_from(number(memory.strip_suffix("gb")?, 6)?).ok()?;
                 ((1..=7).contains(&slices) && memory_gb > 0)
                     .then_some(GpuSharingMode::Mig { slices, memory_gb })
             });
@@ -300,8 +309,8 @@ impl GpuSharingMode {
         }
         if let Some(rest) = mode.strip_prefix("share:") {
             let parsed = rest.split_once(',').and_then(|(memory, compute)| {
-                let memory_mib = memory.parse::<u64>().ok()?;
-                let compute_pct = compute.parse::<u8>().ok()?;
+                let memory_mib = number(memory, 9)?;
+                let compute_pct = u8::try_from(number(compute, 3)?).ok()?;
                 (memory_mib > 0 && (1..=100).contains(&compute_pct)).then_some(
                     GpuSharingMode::Share {
                         memory_mib,
@@ -319,6 +328,25 @@ impl GpuSharingMode {
             "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb) or share:<memory MiB>,<compute %>"
         ))
     }
+}
+
+/// `spec.quota.gpuSharing` as the Tenant CRD's schema checks it: exactly the values
+/// [`GpuSharingMode::parse`] accepts.
+pub const GPU_SHARING_PATTERN: &str =
+    r"^(whole|mig:[1-7]g\.[1-9][0-9]{0,5}gb|share:[1-9][0-9]{0,8},([1-9][0-9]?|100))$";
+
+/// A non-negative quantity (`16`, `500m`, `64Gi`, `1e3`): upstream's quantity syntax without a
+/// minus sign, for the Tenant CRD's schema.
+pub const QUANTITY_PATTERN: &str = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$";
+
+/// A decimal number written plainly (digits only, no sign, no leading zero) with at most
+/// `max_digits` digits.
+fn number(text: &str, max_digits: usize) -> Option<u64> {
+    let plain = !text.is_empty()
+        && text.len() <= max_digits
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && !(text.len() > 1 && text.starts_with('0'));
+    plain.then(|| text.parse().ok()).flatten()
 }
 
 /// The longest tenant name: its host namespace (`fabrik-<name>`) and the host names derived
@@ -374,8 +402,64 @@ mod gpu_sharing_tests {
             assert!(GpuSharingMode::parse(bad).is_err(), "{bad}");
         }
         assert!(check_owners(&["alice".into(), "group:team".into()]).is_ok());
+        // Written plainly: no sign, no leading zero, no overflow.
+        for bad in [
+            "mig:01g.18gb",
+            "mig:1g.018gb",
+            "share:+5,10",
+            "share:5,010",
+            "mig:1g.99999999999gb",
+        ] {
+            assert!(GpuSharingMode::parse(bad).is_err(), "{bad}");
+        }
         for bad in ["", "group:", "  "] {
             assert!(check_owners(&[bad.to_string()]).is_err(), "{bad:?}");
+        }
+    }
+
+    /// The CRD's pattern and the parser agree on every value: the server, the CLI, the
+    /// Terraform provider and the manager give one verdict.
+    #[test]
+    fn the_crd_pattern_accepts_exactly_what_parse_accepts() {
+        let pattern = regex::Regex::new(GPU_SHARING_PATTERN).expect("pattern compiles");
+        let mut values: Vec<String> = ["whole", "Whole", "whole ", "", "mig:", "share:", "mig:big"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        let numbers = [
+            "0",
+            "1",
+            "7",
+            "8",
+            "01",
+            "10",
+            "18",
+            "99",
+            "100",
+            "101",
+            "+5",
+            "-1",
+            "999999",
+            "1000000",
+            "999999999",
+            "1000000000",
+            "4294967296",
+            "1.5",
+            "a",
+            "",
+        ];
+        for a in numbers {
+            for b in numbers {
+                values.push(format!("mig:{a}g.{b}gb"));
+                values.push(format!("share:{a},{b}"));
+            }
+        }
+        for v in &values {
+            assert_eq!(
+                pattern.is_match(v),
+                GpuSharingMode::parse(v).is_ok(),
+                "{v:?}"
+            );
         }
     }
 }

@@ -210,6 +210,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let cluster = Cluster::start(host, host_ca, host_settings)
         .await
         .context("cannot start the host cluster")?;
+    // Tenants are checked as they are written, with the rules the manager runs them by.
+    cluster.server.registry().add_admission(std::sync::Arc::new(
+        crate::tenants::admission::TenantValidation,
+    ));
     let router = Router::new(cluster.server.clone(), &host_ca_pem)
         .context("cannot route the host cluster")?;
     let url = bound.url();

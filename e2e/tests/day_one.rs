@@ -424,3 +424,125 @@ fn a_pod_the_host_refuses_is_told_in_the_tenant_and_retried_with_backoff() -> Re
     )?;
     Ok(())
 }
+
+/// Item 3: the server (the host's admission on `fabrik up`, the Tenant CRD's schema) and the
+/// CLI give one verdict on the same spec, and the server's refusal names the field.
+#[test]
+fn the_server_and_the_cli_give_one_verdict_on_a_tenant_spec() -> Result<()> {
+    let f = Fabrik::start_with(&["--nodes", "0"])?;
+    let k = e2e::kubectls().pop().expect("kubectl");
+    let dir = tempfile::tempdir()?;
+    let long = "c".repeat(41);
+    // (name, CLI flags, spec, accepted, the field a refusal names)
+    let cases: Vec<(&str, Vec<&str>, serde_json::Value, bool, &str)> = vec![
+        (
+            "v1",
+            vec!["--memory=-5Gi"],
+            serde_json::json!({"quota": {"memory": "-5Gi"}}),
+            false,
+            "spec.quota.memory",
+        ),
+        (
+            "v2",
+            vec!["--cpu=lots"],
+            serde_json::json!({"quota": {"cpu": "lots"}}),
+            false,
+            "spec.quota.cpu",
+        ),
+        (
+            "v3",
+            vec!["--gpus=-1"],
+            serde_json::json!({"quota": {"gpus": -1}}),
+            false,
+            "spec.quota.gpus",
+        ),
+        (
+            "v4",
+            vec!["--gpu-sharing=mig:0g.5gb"],
+            serde_json::json!({"quota": {"gpuSharing": "mig:0g.5gb"}}),
+            false,
+            "spec.quota.gpuSharing",
+        ),
+        (
+            "v5",
+            vec!["--gpu-sharing=share:0,10"],
+            serde_json::json!({"quota": {"gpuSharing": "share:0,10"}}),
+            false,
+            "spec.quota.gpuSharing",
+        ),
+        (
+            "v6",
+            vec!["--owner="],
+            serde_json::json!({"owners": [""]}),
+            false,
+            "spec.owners",
+        ),
+        (
+            "v7",
+            vec!["--owner=group:"],
+            serde_json::json!({"owners": ["group:"]}),
+            false,
+            "spec.owners",
+        ),
+        (&long, vec![], serde_json::json!({}), false, "metadata.name"),
+        (
+            "v9",
+            vec![
+                "--gpu-sharing=share:8192,25",
+                "--cpu=500m",
+                "--memory=1Gi",
+                "--gpus=2",
+            ],
+            serde_json::json!({"quota": {"gpuSharing": "share:8192,25", "cpu": "500m", "memory": "1Gi", "gpus": 2}}),
+            true,
+            "",
+        ),
+        (
+            "v10",
+            vec!["--gpu-sharing=mig:1g.18gb", "--owner=group:ml"],
+            serde_json::json!({"quota": {"gpuSharing": "mig:1g.18gb"}, "owners": ["group:ml"]}),
+            true,
+            "",
+        ),
+    ];
+    for (name, flags, spec, accepted, field) in cases {
+        let tenant = serde_json::json!({"apiVersion": "fabrik.dev/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": name}, "spec": spec});
+        let file = dir
+            .path()
+            .join(format!("{}.json", &name[..name.len().min(8)]));
+        std::fs::write(&file, tenant.to_string())?;
+        let server = e2e::kc(
+            &k,
+            &f.kubeconfig(),
+            &[
+                "create",
+                "--dry-run=server",
+                "-f",
+                &file.display().to_string(),
+            ],
+        )?;
+        let server_err = String::from_utf8_lossy(&server.stderr).into_owned();
+        assert_eq!(
+            server.status.success(),
+            accepted,
+            "server on {name} {spec}: {server_err}"
+        );
+        if !accepted {
+            assert!(
+                server_err.contains(field) && server_err.contains("is invalid"),
+                "server on {name} {spec} names {field}: {server_err}"
+            );
+        }
+        let mut args = vec!["tenant", "create", name];
+        args.extend(flags.iter().copied());
+        let cli = f.fabrik_cli(&args)?;
+        assert_eq!(
+            cli.status.success(),
+            accepted,
+            "CLI on {args:?}: {}",
+            String::from_utf8_lossy(&cli.stderr)
+        );
+    }
+    Ok(())
+}

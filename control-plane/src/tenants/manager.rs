@@ -181,9 +181,6 @@ pub fn valid_name(name: &str) -> Result<(), String> {
     if !errs.is_empty() {
         return Err(errs.join("; "));
     }
-    if name.len() > 40 {
-        return Err("must be no more than 40 characters".into());
-    }
     if fabrik_api::naming::RESERVED_TENANT_NAMES.contains(&name) {
         return Err(format!(
             "is reserved: its host namespace {} is used by Fabrik itself",
