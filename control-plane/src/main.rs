@@ -96,14 +96,17 @@ fn run(cli: Cli) -> Result<()> {
 fn one_line(e: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in e.chain() {
-        let text = cause.to_string();
-        if text.is_empty() || line.contains(&text) {
+        // A parser's message may add a snippet of the input on further lines: its first line
+        // says what is wrong.
+        let full = cause.to_string();
+        let text = full.lines().next().unwrap_or("").trim_end();
+        if text.is_empty() || line.contains(text) {
             continue;
         }
         if !line.is_empty() {
             line.push_str(": ");
         }
-        line.push_str(&text);
+        line.push_str(text);
     }
     line
 }
@@ -121,6 +124,12 @@ mod tests {
         assert_eq!(
             one_line(&e),
             "cannot listen on 127.0.0.1:1: failed to listen on 127.0.0.1:1: Address already in use"
+        );
+        let yaml = anyhow::anyhow!("line 1 column 10: unclosed bracket\n --> <input>:1:10\n  |")
+            .context("k.yaml is not a kubeconfig");
+        assert_eq!(
+            one_line(&yaml),
+            "k.yaml is not a kubeconfig: line 1 column 10: unclosed bracket"
         );
     }
 }

@@ -202,6 +202,22 @@ fn bad_tenant_input_is_refused_in_one_line_and_creates_nothing() -> Result<()> {
     let demo = demo.display().to_string();
     let line = tenant_fails(&f, &["list", "--kubeconfig", &demo])?;
     assert!(line.contains("points at a tenant cluster"), "{line}");
+    // A file that is no kubeconfig: the parser's first line, no snippet, no hint that fabrik
+    // up is not running.
+    let garbage = tmp.path().join("garbage.kubeconfig");
+    std::fs::write(&garbage, "garbage: [\n")?;
+    let garbage = garbage.display().to_string();
+    let out = f.fabrik_cli(&["tenant", "list", "--kubeconfig", &garbage])?;
+    let line = error_line(&out);
+    assert!(
+        line.contains("is not a kubeconfig") && !line.contains("fabrik up"),
+        "{line}"
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        line,
+        "nothing but the error line"
+    );
 
     // Results go to stdout, progress to stderr; `get` shows no managedFields.
     let out = f.fabrik_cli(&["tenant", "create", "ok1"])?;
