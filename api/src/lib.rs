@@ -1,9 +1,11 @@
-//! Shared types of Fabrik: the label and annotation keys every component agrees on.
-//!
-//! The host-side CRDs: [`tenant::Tenant`] (`tenants.fabrik.dev`).
+//! The domain core of Fabrik: the label and annotation keys every component agrees on, the
+//! host-side CRD [`tenant::Tenant`] (`tenants.fabrik.dev`) with its rules
+//! ([`validation`]: one verdict for the server, the CLI, the Terraform provider and the tenant
+//! manager), and host naming ([`naming`]).
 
 pub mod naming;
 pub mod tenant;
+pub mod validation;
 
 /// The label and annotation prefix reserved for Fabrik itself; tenants may not set keys under it.
 pub const RESERVED_PREFIX: &str = "fabrik.dev/";

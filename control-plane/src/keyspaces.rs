@@ -35,16 +35,7 @@ pub const DEFAULT_TENANT_OBJECTS: u64 = 100_000;
 pub fn tenant_storage_limits(quota: Option<&TenantQuota>) -> Result<StorageLimits, String> {
     let bytes = match quota.and_then(|q| q.storage.as_deref()) {
         None => DEFAULT_TENANT_STORAGE_BYTES,
-        Some(text) => {
-            let parsed = text
-                .parse::<fabrik_machinery::quantity::Quantity>()
-                .map_err(|_| {
-                    format!("spec.quota.storage: {text:?} is not a quantity (e.g. 512Mi, 2Gi)")
-                })?;
-            u64::try_from(parsed.value()).map_err(|_| {
-                format!("spec.quota.storage: {text:?} must be a non-negative number of bytes")
-            })?
-        }
+        Some(text) => fabrik_api::validation::storage_bytes(text).map_err(|e| e.to_string())?,
     };
     let objects = match quota.and_then(|q| q.objects) {
         None => DEFAULT_TENANT_OBJECTS,

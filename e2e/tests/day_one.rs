@@ -162,7 +162,7 @@ fn bad_tenant_input_is_refused_in_one_line_and_creates_nothing() -> Result<()> {
         (vec!["create", "m2", "--cpu", "-1"], "must not be negative"),
         (
             vec!["create", "m3", "--gpus", "-1"],
-            "spec.quota.gpus must not be negative",
+            "spec.quota.gpus: must not be negative",
         ),
         (
             vec!["create", "m4", "--gpu-sharing", "mig:0g.5gb"],

@@ -7,8 +7,6 @@ use std::collections::BTreeMap;
 use fabrik_api::tenant::{
     Tenant, TenantIsolation, TenantNetwork, TenantQuota, TenantSpec, TenantSync,
 };
-use fabrik_machinery::quantity::Quantity;
-use fabrik_machinery::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
 use kube::ResourceExt;
 
 use crate::diag::{path, Diag, Path, Step};
@@ -17,51 +15,30 @@ use crate::value::{Number, Value};
 /// The spec attributes of the resource (the rest are identity, status and settings).
 pub const SPEC_ATTRS: [&str; 5] = ["owners", "quota", "isolation", "network", "sync"];
 
-/// Privileges a tenant may be allowed.
-pub const PRIVILEGES: [&str; 3] = ["privileged", "hostNamespaces", "hostPath"];
-
-/// Longest tenant name (its host namespace and objects derive their names from it).
-pub const MAX_NAME: usize = fabrik_api::tenant::MAX_TENANT_NAME;
-
-/// Largest network segment (a 24-bit VXLAN VNI).
-pub const MAX_SEGMENT: i64 = (1 << 24) - 1;
-
-/// Checks a tenant name as the tenant manager does.
+/// Checks a tenant name as every part of Fabrik does.
 pub fn check_name(name: &str) -> Result<(), String> {
-    if name.len() > MAX_NAME {
-        return Err(format!("must be no more than {MAX_NAME} characters"));
-    }
-    let errs = dns1123_label(name);
-    if !errs.is_empty() {
-        return Err(errs.join("; "));
-    }
-    Ok(())
+    fabrik_api::validation::validate_name(name).map_err(|e| e.message)
 }
 
-/// Checks a GPU sharing mode: `whole`, `mig:<N>g.<M>gb` or `share:<MiB>,<percent>` (the
-/// one parser every part of Fabrik uses).
-pub fn check_gpu_sharing(mode: &str) -> Result<(), String> {
-    fabrik_api::tenant::GpuSharingMode::parse(mode).map(|_| ())
-}
-
-fn at(base: &Path, name: &str) -> Path {
-    let mut p = base.clone();
-    p.push(Step::Attr(name.to_string()));
-    p
-}
-
-fn whole(v: &Value, p: Path, min: i64, max: i64, diags: &mut Vec<Diag>) {
+/// A whole number where the schema says number (Terraform numbers may have fractions); the
+/// range is the rules' business, except where a Terraform-only setting gives one.
+fn whole(v: &Value, p: Path, range: Option<(i64, i64)>, diags: &mut Vec<Diag>) {
     let Value::Number(n) = v else { return };
-    match n.as_i64() {
-        Some(i) if (min..=max).contains(&i) => {}
-        _ => diags.push(Diag::attr(
+    let ok = match (n.as_i64(), range) {
+        (Some(i), Some((min, max))) => (min..=max).contains(&i),
+        (Some(_), None) => true,
+        (None, _) => false,
+    };
+    if !ok {
+        let wanted = match range {
+            Some((min, max)) => format!("a whole number from {min} to {max}"),
+            None => "a whole number".to_string(),
+        };
+        diags.push(Diag::attr(
             p,
             "Invalid number",
-            format!(
-                "must be a whole number from {min} to {max}, got {}",
-                show(*n)
-            ),
-        )),
+            format!("must be {wanted}, got {}", show(*n)),
+        ));
     }
 }
 
@@ -72,19 +49,64 @@ fn show(n: Number) -> String {
     }
 }
 
-fn each_string(v: &Value, p: &Path, mut check: impl FnMut(&str, Path)) {
-    if let Value::List(items) = v {
-        for (i, item) in items.iter().enumerate() {
-            if let Value::String(s) = item {
-                let mut ip = p.clone();
-                ip.push(Step::Index(i as i64));
-                check(s, ip);
-            }
+/// `gpuSharing` → `gpu_sharing`: the Tenant API's field names as the resource's attributes.
+fn snake(field: &str) -> String {
+    let mut out = String::with_capacity(field.len() + 4);
+    for c in field.chars() {
+        if c.is_ascii_uppercase() {
+            out.push('_');
+            out.push(c.to_ascii_lowercase());
+        } else {
+            out.push(c);
         }
+    }
+    out
+}
+
+/// The attribute path of a rule's field (`spec.quota.gpuSharing` → `quota.gpu_sharing`,
+/// `spec.owners[1]` → `owners[1]`, `spec.isolation.nodeSelector[k]` → `…node_selector["k"]`).
+fn attr_path(field: &str) -> Path {
+    let field = field
+        .strip_prefix("spec.")
+        .or_else(|| field.strip_prefix("metadata."))
+        .unwrap_or(field);
+    let (attrs, element) = match field.split_once('[') {
+        Some((attrs, rest)) => (attrs, rest.strip_suffix(']')),
+        None => (field, None),
+    };
+    let mut p: Path = attrs.split('.').map(|a| Step::Attr(snake(a))).collect();
+    if let Some(element) = element {
+        let is_map = matches!(p.last(), Some(Step::Attr(a)) if a == "node_selector");
+        match element.parse::<i64>() {
+            Ok(i) if !is_map => p.push(Step::Index(i)),
+            _ => p.push(Step::Key(element.to_string())),
+        }
+    }
+    p
+}
+
+/// The summary of a rule's refusal, by the attribute it is about.
+fn summary(p: &Path) -> &'static str {
+    let last = p.iter().rev().find_map(|s| match s {
+        Step::Attr(a) => Some(a.as_str()),
+        _ => None,
+    });
+    match last {
+        Some("name") => "Invalid tenant name",
+        Some("owners") => "Invalid owner",
+        Some("cpu" | "memory" | "storage") => "Invalid quantity",
+        Some("gpu_sharing") => "Invalid GPU sharing mode",
+        Some("allow") => "Invalid privilege",
+        Some("node_selector") => "Invalid node label",
+        Some("segment") => "Invalid network segment",
+        Some("extra_kinds") => "Invalid kind",
+        _ => "Invalid value",
     }
 }
 
-/// Checks a `fabrik_tenant` configuration (unknown values are checked later, at plan time).
+/// Checks a `fabrik_tenant` configuration (unknown values are checked later, at plan time):
+/// Terraform's own types here, the Tenant's rules by [`fabrik_api::validation`] — one verdict
+/// with the server, the CLI and the tenant manager.
 pub fn validate(config: &Value) -> Vec<Diag> {
     let mut diags = Vec::new();
     if let Some(name) = config.get("name").as_str() {
@@ -96,101 +118,27 @@ pub fn validate(config: &Value) -> Vec<Diag> {
             ));
         }
     }
-    each_string(config.get("owners"), &path(&["owners"]), |s, p| {
-        if s.is_empty() || s == "group:" {
-            diags.push(Diag::attr(
-                p,
-                "Invalid owner",
-                "an owner is a user name (`alice`) or a group (`group:ml`)",
-            ));
-        }
-    });
     let quota = config.get("quota");
-    let qp = path(&["quota"]);
-    for field in ["cpu", "memory", "storage"] {
-        if let Some(q) = quota.get(field).as_str() {
-            if q.parse::<Quantity>().is_err() {
-                diags.push(Diag::attr(
-                    at(&qp, field),
-                    "Invalid quantity",
-                    format!("{q:?} is not a quantity (e.g. 16, 500m, 64Gi)"),
-                ));
-            }
-        }
-    }
     for field in ["pods", "gpus", "node_ports", "load_balancers", "objects"] {
-        whole(
-            quota.get(field),
-            at(&qp, field),
-            0,
-            i64::from(i32::MAX),
-            &mut diags,
-        );
-    }
-    if let Some(mode) = quota.get("gpu_sharing").as_str() {
-        if let Err(why) = check_gpu_sharing(mode) {
-            diags.push(Diag::attr(
-                at(&qp, "gpu_sharing"),
-                "Invalid GPU sharing mode",
-                why,
-            ));
-        }
-    }
-    let iso = config.get("isolation");
-    let ip = path(&["isolation"]);
-    each_string(iso.get("allow"), &at(&ip, "allow"), |s, p| {
-        if !PRIVILEGES.contains(&s) {
-            diags.push(Diag::attr(
-                p,
-                "Invalid privilege",
-                format!("{s:?}: allowed are {}", PRIVILEGES.join(", ")),
-            ));
-        }
-    });
-    if let Value::Map(selector) = iso.get("node_selector") {
-        for (k, v) in selector {
-            let mut errs = qualified_name(k);
-            if let Value::String(v) = v {
-                errs.extend(label_value(v));
-            }
-            if !errs.is_empty() {
-                let mut p = at(&ip, "node_selector");
-                p.push(Step::Key(k.clone()));
-                diags.push(Diag::attr(p, "Invalid node label", errs.join("; ")));
-            }
-        }
+        whole(quota.get(field), path(&["quota", field]), None, &mut diags);
     }
     whole(
         config.get("network").get("segment"),
         path(&["network", "segment"]),
-        0,
-        MAX_SEGMENT,
+        None,
         &mut diags,
-    );
-    each_string(
-        config.get("sync").get("extra_kinds"),
-        &path(&["sync", "extra_kinds"]),
-        |s, p| {
-            let valid = s.split_once('.').is_some_and(|(resource, group)| {
-                dns1123_label(resource).is_empty() && dns1123_subdomain(group).is_empty()
-            });
-            if !valid {
-                diags.push(Diag::attr(
-                    p,
-                    "Invalid kind",
-                    format!("{s:?}: a kind is named <resource>.<group>, e.g. widgets.example.com"),
-                ));
-            }
-        },
     );
     if config.get("ready_timeout") != &Value::Null {
         whole(
             config.get("ready_timeout"),
             path(&["ready_timeout"]),
-            1,
-            86_400,
+            Some((1, 86_400)),
             &mut diags,
         );
+    }
+    for problem in fabrik_api::validation::validate_spec(&spec_of(config)) {
+        let p = attr_path(&problem.field);
+        diags.push(Diag::attr(p.clone(), summary(&p), problem.message));
     }
     diags
 }
@@ -385,25 +333,6 @@ mod tests {
     }
 
     #[test]
-    fn gpu_sharing_modes() {
-        for ok in ["whole", "mig:1g.18gb", "mig:7g.141gb", "share:8192,25"] {
-            assert!(check_gpu_sharing(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "half",
-            "mig:big",
-            "mig:1g.0gb",
-            "share:8192",
-            "share:x,10",
-            "share:100,0",
-            "share:100,101",
-            "",
-        ] {
-            assert!(check_gpu_sharing(bad).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
     fn invalid_configuration_names_the_attribute() {
         let c = config(vec![
             ("name", Value::string("Bad_Name")),
@@ -441,12 +370,12 @@ mod tests {
             paths(&diags),
             [
                 "name",
+                "quota.pods",
+                "quota.load_balancers",
                 "quota.cpu",
                 "quota.storage",
-                "quota.pods",
                 "quota.gpus",
                 "quota.node_ports",
-                "quota.load_balancers",
                 "quota.objects",
                 "quota.gpu_sharing",
                 "isolation.allow[1]",
@@ -455,6 +384,20 @@ mod tests {
             ]
         );
         assert!(diags.iter().all(|d| d.error));
+        let summaries: Vec<&str> = diags.iter().map(|d| d.summary.as_str()).collect();
+        assert_eq!(summaries[0], "Invalid tenant name");
+        assert_eq!(summaries[3], "Invalid quantity");
+        assert_eq!(summaries[8], "Invalid GPU sharing mode");
+        assert_eq!(summaries[9], "Invalid privilege");
+        // Map keys and list indices keep their place in the path.
+        assert_eq!(
+            crate::diag::display(&attr_path("spec.isolation.nodeSelector[example.com/pool]")),
+            crate::diag::display(&[
+                Step::Attr("isolation".into()),
+                Step::Attr("node_selector".into()),
+                Step::Key("example.com/pool".into()),
+            ])
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt;
 
-use super::manager::{valid_name, KUBECONFIG_SECRET};
+use super::manager::KUBECONFIG_SECRET;
 
 /// `fabrik tenant ...`
 #[derive(Args, Debug)]
@@ -186,8 +186,8 @@ pub async fn run(args: TenantArgs) -> Result<()> {
     let api: Api<Tenant> = Api::all(client.clone());
     match &args.command {
         TenantCommand::Create(c) => {
-            if let Err(why) = valid_name(&c.name) {
-                bail!("invalid tenant name {:?}: {why}", c.name);
+            if let Err(why) = fabrik_api::validation::validate_name(&c.name) {
+                bail!("invalid tenant name {:?}: {}", c.name, why.message);
             }
             let spec = TenantSpec {
                 owners: c.owners.clone(),
@@ -204,8 +204,13 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                 ..Default::default()
             };
             let tenant = Tenant::new(&c.name, spec);
-            if let Err(why) = super::manager::valid_quota(&tenant) {
-                bail!("invalid tenant {:?}: {why}", c.name);
+            let problems = fabrik_api::validation::validate_spec(&tenant.spec);
+            if !problems.is_empty() {
+                bail!(
+                    "invalid tenant {:?}: {}",
+                    c.name,
+                    fabrik_api::validation::describe(&problems)
+                );
             }
             if let Some(out) = &c.kubeconfig_out {
                 check_output(out)?;

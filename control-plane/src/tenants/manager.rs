@@ -169,27 +169,6 @@ struct Ctx {
     rt: Arc<Runtime>,
 }
 
-/// Whether a tenant name is usable: a DNS label short enough for `fabrik-<name>` and the
-/// syncer's `<name>-x-<ns>-x-<tenant>` host names.
-pub fn valid_name(name: &str) -> Result<(), String> {
-    // One limit, stated once: the tenant's own, tighter than a DNS label's 63.
-    let max = fabrik_api::tenant::MAX_TENANT_NAME;
-    if name.len() > max {
-        return Err(format!("must be no more than {max} characters"));
-    }
-    let errs = fabrik_machinery::validation::dns1123_label(name);
-    if !errs.is_empty() {
-        return Err(errs.join("; "));
-    }
-    if fabrik_api::naming::RESERVED_TENANT_NAMES.contains(&name) {
-        return Err(format!(
-            "is reserved: its host namespace {} is used by Fabrik itself",
-            host_namespace(name)
-        ));
-    }
-    Ok(())
-}
-
 /// Whether the host namespace a tenant would take is free for it: absent, or already the
 /// tenant's (labelled `fabrik.dev/tenant=<tenant>` when the tenant manager created it), and not
 /// one of the namespaces Fabrik itself uses. A tenant never adopts (nor, on deletion, deletes) a
@@ -218,46 +197,6 @@ pub fn host_namespace_problem(
         "host namespace {ns} already exists and was not created for this tenant; \
          choose another tenant name or remove the namespace"
     ))
-}
-
-/// Whether the quota's quantities parse (they become the host ResourceQuota's `hard`).
-pub fn valid_quota(tenant: &Tenant) -> Result<(), String> {
-    fabrik_api::tenant::check_owners(&tenant.spec.owners)
-        .map_err(|e| format!("spec.owners: {e}"))?;
-    let Some(q) = &tenant.spec.quota else {
-        return Ok(());
-    };
-    for (field, value) in [("cpu", &q.cpu), ("memory", &q.memory)] {
-        if let Some(v) = value {
-            match v.parse::<fabrik_machinery::quantity::Quantity>() {
-                Err(_) => {
-                    return Err(format!(
-                        "spec.quota.{field}: {v:?} is not a quantity (e.g. 16, 500m, 64Gi)"
-                    ))
-                }
-                Ok(q) if q.is_negative() => {
-                    return Err(format!("spec.quota.{field}: {v:?} must not be negative"))
-                }
-                Ok(_) => {}
-            }
-        }
-    }
-    if let Some(mode) = &q.gpu_sharing {
-        fabrik_api::tenant::GpuSharingMode::parse(mode)
-            .map_err(|e| format!("spec.quota.gpuSharing: {e}"))?;
-    }
-    for (field, value) in [
-        ("pods", q.pods),
-        ("gpus", q.gpus),
-        ("nodePorts", q.node_ports),
-        ("loadBalancers", q.load_balancers),
-    ] {
-        if value.is_some_and(|v| v < 0) {
-            return Err(format!("spec.quota.{field} must not be negative"));
-        }
-    }
-    crate::keyspaces::tenant_storage_limits(Some(q))?;
-    Ok(())
 }
 
 fn keyspace(name: &str) -> String {
@@ -747,7 +686,7 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
             ..Default::default()
         });
     }
-    // Checked by `valid_quota` before a tenant is served; anything else is whole GPUs.
+    // Checked by `fabrik_api::validation` before a tenant is served; anything else is whole GPUs.
     let gpu_sharing = match tenant
         .spec
         .quota
@@ -789,7 +728,9 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
 async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error> {
     let name = tenant.name_any();
     let tenants: Api<Tenant> = Api::all(ctx.host.clone());
-    if let Err(why) = valid_name(&name).and_then(|_| valid_quota(&tenant)) {
+    let problems = fabrik_api::validation::validate_tenant(&tenant);
+    if !problems.is_empty() {
+        let why = fabrik_api::validation::describe(&problems);
         let status = TenantStatus {
             phase: Some("Failed".into()),
             conditions: vec![ready_condition(
@@ -1275,6 +1216,7 @@ pub async fn run(
 mod tests {
     use super::*;
     use fabrik_api::tenant::{TenantQuota, TenantSpec};
+    use fabrik_api::validation::{validate_name, validate_tenant};
 
     fn tenant(cpu: Option<&str>, pods: Option<i64>) -> Tenant {
         Tenant::new(
@@ -1292,13 +1234,13 @@ mod tests {
 
     #[test]
     fn names_and_quotas_are_checked() {
-        assert!(valid_name("team-a").is_ok());
+        assert!(validate_name("team-a").is_ok());
         for bad in ["Team", "a_b", "", &"x".repeat(41)] {
-            assert!(valid_name(bad).is_err(), "{bad}");
+            assert!(validate_name(bad).is_err(), "{bad}");
         }
-        assert!(valid_quota(&tenant(Some("500m"), Some(10))).is_ok());
-        assert!(valid_quota(&tenant(Some("lots"), None)).is_err());
-        assert!(valid_quota(&tenant(None, Some(-1))).is_err());
+        assert!(validate_tenant(&tenant(Some("500m"), Some(10))).is_empty());
+        assert!(!validate_tenant(&tenant(Some("lots"), None)).is_empty());
+        assert!(!validate_tenant(&tenant(None, Some(-1))).is_empty());
     }
 
     #[test]
@@ -1332,12 +1274,12 @@ mod tests {
         if let Some(q) = t.spec.quota.as_mut() {
             q.node_ports = Some(-1);
         }
-        assert!(valid_quota(&t).is_err());
+        assert!(!validate_tenant(&t).is_empty());
     }
 
     #[test]
     fn tenants_never_take_a_namespace_they_did_not_create() {
-        assert!(valid_name("system").is_err());
+        assert!(validate_name("system").is_err());
         let reserved = vec!["fabrik-system".to_string(), "fabrik-billing".to_string()];
         let ns = |labels: Option<(&str, &str)>| Namespace {
             metadata: kube::api::ObjectMeta {

@@ -1,0 +1,295 @@
+//! The rules of a Tenant, written once: every part of Fabrik that takes a Tenant — the host's
+//! admission on `fabrik up`, the tenant manager, `fabrik tenant create`, the Terraform provider
+//! — asks [`validate_tenant`] (or [`validate_name`] / [`validate_spec`]) and gives its verdict,
+//! naming the field as a JSON path (`spec.quota.gpuSharing`, `spec.owners[1]`). The Tenant
+//! CRD's schema repeats what a schema can say (minimums, the patterns of
+//! [`crate::tenant::QUANTITY_PATTERN`] and [`crate::tenant::GPU_SHARING_PATTERN`]) for hosts
+//! where only the schema runs at write time.
+
+use fabrik_machinery::quantity::Quantity;
+use fabrik_machinery::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
+use kube::ResourceExt;
+
+use crate::naming::{host_namespace, RESERVED_TENANT_NAMES};
+use crate::tenant::{check_owners, GpuSharingMode, Tenant, TenantSpec, MAX_TENANT_NAME};
+
+/// Privileges a tenant may be allowed (`spec.isolation.allow`).
+pub const PRIVILEGES: [&str; 3] = ["privileged", "hostNamespaces", "hostPath"];
+
+/// The largest network segment (a 24-bit VXLAN VNI).
+pub const MAX_SEGMENT: i64 = (1 << 24) - 1;
+
+/// One thing wrong with a Tenant.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct SpecError {
+    /// The field, as a JSON path from the object's root (`metadata.name`,
+    /// `spec.quota.cpu`, `spec.isolation.nodeSelector[gpu]`).
+    pub field: String,
+    /// What is wrong, naming the value where it helps.
+    pub message: String,
+}
+
+impl SpecError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> SpecError {
+        SpecError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Checks a tenant name: a DNS label of at most [`MAX_TENANT_NAME`] characters (one limit,
+/// stated once), not reserved.
+pub fn validate_name(name: &str) -> Result<(), SpecError> {
+    let field = "metadata.name";
+    if name.len() > MAX_TENANT_NAME {
+        return Err(SpecError::new(
+            field,
+            format!("must be no more than {MAX_TENANT_NAME} characters"),
+        ));
+    }
+    let errs = dns1123_label(name);
+    if !errs.is_empty() {
+        return Err(SpecError::new(field, errs.join("; ")));
+    }
+    if RESERVED_TENANT_NAMES.contains(&name) {
+        return Err(SpecError::new(
+            field,
+            format!(
+                "is reserved: its host namespace {} is used by Fabrik itself",
+                host_namespace(name)
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A non-negative quantity (for `field`), its problem otherwise.
+fn quantity(field: &str, text: &str, example: &str) -> Result<Quantity, SpecError> {
+    let q = text.parse::<Quantity>().map_err(|_| {
+        SpecError::new(
+            field,
+            format!("{text:?} is not a quantity (e.g. {example})"),
+        )
+    })?;
+    if q.is_negative() {
+        return Err(SpecError::new(
+            field,
+            format!("{text:?} must not be negative"),
+        ));
+    }
+    Ok(q)
+}
+
+/// The bytes of `spec.quota.storage`, checked.
+pub fn storage_bytes(text: &str) -> Result<u64, SpecError> {
+    let field = "spec.quota.storage";
+    let q = quantity(field, text, "512Mi, 2Gi")?;
+    u64::try_from(q.value()).map_err(|_| {
+        SpecError::new(
+            field,
+            format!("{text:?} must be a whole number of bytes that fits 64 bits"),
+        )
+    })
+}
+
+/// Every problem of a spec (empty when it is valid).
+pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
+    let mut errs = Vec::new();
+    for (i, owner) in spec.owners.iter().enumerate() {
+        if let Err(why) = check_owners(std::slice::from_ref(owner)) {
+            errs.push(SpecError::new(format!("spec.owners[{i}]"), why));
+        }
+    }
+    if let Some(q) = &spec.quota {
+        for (field, value) in [("cpu", &q.cpu), ("memory", &q.memory)] {
+            if let Some(text) = value {
+                if let Err(e) = quantity(&format!("spec.quota.{field}"), text, "16, 500m, 64Gi") {
+                    errs.push(e);
+                }
+            }
+        }
+        if let Some(text) = &q.storage {
+            if let Err(e) = storage_bytes(text) {
+                errs.push(e);
+            }
+        }
+        for (field, value) in [
+            ("pods", q.pods),
+            ("gpus", q.gpus),
+            ("nodePorts", q.node_ports),
+            ("loadBalancers", q.load_balancers),
+            ("objects", q.objects),
+        ] {
+            if value.is_some_and(|v| v < 0) {
+                errs.push(SpecError::new(
+                    format!("spec.quota.{field}"),
+                    "must not be negative",
+                ));
+            }
+        }
+        if let Some(mode) = &q.gpu_sharing {
+            if let Err(why) = GpuSharingMode::parse(mode) {
+                errs.push(SpecError::new("spec.quota.gpuSharing", why));
+            }
+        }
+    }
+    if let Some(iso) = &spec.isolation {
+        for (i, p) in iso.allow.iter().enumerate() {
+            if !PRIVILEGES.contains(&p.as_str()) {
+                errs.push(SpecError::new(
+                    format!("spec.isolation.allow[{i}]"),
+                    format!("{p:?}: allowed are {}", PRIVILEGES.join(", ")),
+                ));
+            }
+        }
+        for (k, v) in &iso.node_selector {
+            let mut why = qualified_name(k);
+            why.extend(label_value(v));
+            if !why.is_empty() {
+                errs.push(SpecError::new(
+                    format!("spec.isolation.nodeSelector[{k}]"),
+                    why.join("; "),
+                ));
+            }
+        }
+    }
+    if let Some(segment) = spec.network.as_ref().and_then(|n| n.segment) {
+        if !(0..=MAX_SEGMENT).contains(&segment) {
+            errs.push(SpecError::new(
+                "spec.network.segment",
+                format!("{segment} is not a segment: use 0 to {MAX_SEGMENT} (a 24-bit VNI)"),
+            ));
+        }
+    }
+    for (i, kind) in spec.sync.iter().flat_map(|s| &s.extra_kinds).enumerate() {
+        let valid = kind.split_once('.').is_some_and(|(resource, group)| {
+            dns1123_label(resource).is_empty() && dns1123_subdomain(group).is_empty()
+        });
+        if !valid {
+            errs.push(SpecError::new(
+                format!("spec.sync.extraKinds[{i}]"),
+                format!("{kind:?}: a kind is named <resource>.<group>, e.g. widgets.example.com"),
+            ));
+        }
+    }
+    errs
+}
+
+/// Every problem of a Tenant: its name, then its spec.
+pub fn validate_tenant(tenant: &Tenant) -> Vec<SpecError> {
+    let mut errs: Vec<SpecError> = validate_name(&tenant.name_any())
+        .err()
+        .into_iter()
+        .collect();
+    errs.extend(validate_spec(&tenant.spec));
+    errs
+}
+
+/// The problems as one line (`; ` between them).
+pub fn describe(errs: &[SpecError]) -> String {
+    errs.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant::{TenantIsolation, TenantNetwork, TenantQuota, TenantSync};
+
+    fn fields(spec: &TenantSpec) -> Vec<String> {
+        validate_spec(spec).into_iter().map(|e| e.field).collect()
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_problem() {
+        let spec = TenantSpec {
+            owners: vec!["alice".into(), "group:ml".into()],
+            quota: Some(TenantQuota {
+                cpu: Some("500m".into()),
+                memory: Some("64Gi".into()),
+                gpus: Some(2),
+                gpu_sharing: Some("mig:1g.18gb".into()),
+                storage: Some("512Mi".into()),
+                ..Default::default()
+            }),
+            isolation: Some(TenantIsolation {
+                allow: vec!["hostPath".into()],
+                node_selector: [("pool".to_string(), "a".to_string())].into(),
+                ..Default::default()
+            }),
+            network: Some(TenantNetwork { segment: Some(42) }),
+            sync: Some(TenantSync {
+                extra_kinds: vec!["widgets.example.com".into()],
+            }),
+        };
+        assert_eq!(validate_spec(&spec), Vec::new());
+    }
+
+    #[test]
+    fn every_problem_names_its_field() {
+        let spec = TenantSpec {
+            owners: vec!["alice".into(), "group:".into()],
+            quota: Some(TenantQuota {
+                cpu: Some("lots".into()),
+                memory: Some("-5Gi".into()),
+                pods: Some(-1),
+                gpu_sharing: Some("mig:0g.5gb".into()),
+                storage: Some("-1".into()),
+                ..Default::default()
+            }),
+            isolation: Some(TenantIsolation {
+                allow: vec!["root".into()],
+                node_selector: [("bad key!".to_string(), "a".to_string())].into(),
+                ..Default::default()
+            }),
+            network: Some(TenantNetwork {
+                segment: Some(1 << 24),
+            }),
+            sync: Some(TenantSync {
+                extra_kinds: vec!["widgets".into()],
+            }),
+        };
+        assert_eq!(
+            fields(&spec),
+            [
+                "spec.owners[1]",
+                "spec.quota.cpu",
+                "spec.quota.memory",
+                "spec.quota.storage",
+                "spec.quota.pods",
+                "spec.quota.gpuSharing",
+                "spec.isolation.allow[0]",
+                "spec.isolation.nodeSelector[bad key!]",
+                "spec.network.segment",
+                "spec.sync.extraKinds[0]",
+            ]
+        );
+        let memory = validate_spec(&spec)
+            .into_iter()
+            .find(|e| e.field == "spec.quota.memory")
+            .map(|e| e.to_string());
+        assert_eq!(
+            memory.as_deref(),
+            Some("spec.quota.memory: \"-5Gi\" must not be negative")
+        );
+    }
+
+    #[test]
+    fn names_have_one_limit_and_reserved_names_are_refused() {
+        assert!(validate_name("team-a").is_ok());
+        for long in ["a".repeat(41), "a".repeat(70)] {
+            let e = validate_name(&long).expect_err("too long");
+            assert_eq!(e.message, "must be no more than 40 characters");
+        }
+        assert!(validate_name("Not_A_Label").is_err());
+        assert!(validate_name("system")
+            .expect_err("reserved")
+            .message
+            .contains("fabrik-system"));
+        assert_eq!(storage_bytes("1Ki"), Ok(1024));
+    }
+}
