@@ -207,13 +207,14 @@ pub async fn run(args: UpArgs) -> Result<()> {
     host_settings.auth.service_account_issuer = bound.url();
     let host_ca_pem = host_ca.cert_pem().to_string();
     host_settings.root_ca_pem = Some(host_ca_pem.clone());
-    let cluster = Cluster::start(host, host_ca, host_settings)
+    // Tenants are checked as they are written, with the rules the manager runs them by.
+    let tenant_validation: std::sync::Arc<dyn fabrik_apiserver::admission::Admission> =
+        std::sync::Arc::new(crate::tenants::admission::TenantValidation);
+    let cluster = Cluster::builder(host, host_ca, host_settings)
+        .admission([tenant_validation])
+        .start()
         .await
         .context("cannot start the host cluster")?;
-    // Tenants are checked as they are written, with the rules the manager runs them by.
-    cluster.server.registry().add_admission(std::sync::Arc::new(
-        crate::tenants::admission::TenantValidation,
-    ));
     let router = Router::new(cluster.server.clone(), &host_ca_pem)
         .context("cannot route the host cluster")?;
     let url = bound.url();

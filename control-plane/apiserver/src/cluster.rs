@@ -11,6 +11,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::admission::Admission;
 use crate::error::ApiError;
 use crate::pki::{Ca, PkiError};
 use crate::registry::{Registry, WriteOptions};
@@ -83,13 +84,56 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// What a cluster is assembled from: its store, CA and settings, and the admission plugins it
+/// runs after the standard chain. Every plugin is in place before the cluster writes or serves
+/// anything and before its controllers start, so that no write ever skips one.
+pub struct ClusterBuilder {
+    store: Arc<dyn Store>,
+    ca: Ca,
+    settings: Settings,
+    admission: Vec<Arc<dyn Admission>>,
+}
+
+impl ClusterBuilder {
+    /// Adds admission plugins after the standard chain (and those added before), in order.
+    pub fn admission(mut self, plugins: impl IntoIterator<Item = Arc<dyn Admission>>) -> Self {
+        self.admission.extend(plugins);
+        self
+    }
+
+    /// Starts the cluster: bootstrap objects, CRDs, controllers.
+    pub async fn start(self) -> Result<Cluster, StartError> {
+        Cluster::start_built(self).await
+    }
+}
+
 impl Cluster {
-    /// Starts a cluster over `store`: bootstrap objects, CRDs, controllers.
+    /// A cluster over `store` to assemble ([`ClusterBuilder::admission`]) and start.
+    pub fn builder(store: Arc<dyn Store>, ca: Ca, settings: Settings) -> ClusterBuilder {
+        ClusterBuilder {
+            store,
+            ca,
+            settings,
+            admission: Vec::new(),
+        }
+    }
+
+    /// Starts a cluster over `store` with the standard admission chain only.
     pub async fn start(
         store: Arc<dyn Store>,
         ca: Ca,
-        mut settings: Settings,
+        settings: Settings,
     ) -> Result<Cluster, StartError> {
+        Cluster::builder(store, ca, settings).start().await
+    }
+
+    async fn start_built(built: ClusterBuilder) -> Result<Cluster, StartError> {
+        let ClusterBuilder {
+            store,
+            ca,
+            mut settings,
+            admission,
+        } = built;
         if settings.auth.client_ca_pem.is_none() {
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
         }
@@ -97,6 +141,9 @@ impl Cluster {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
+        for plugin in admission {
+            registry.add_admission(plugin);
+        }
         bootstrap(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry).await?;
         // Serve the CRDs that exist before answering anything, so their objects are reachable

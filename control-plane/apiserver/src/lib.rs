@@ -40,6 +40,6 @@ pub mod service_ips;
 pub mod strategy;
 pub mod table;
 
-pub use cluster::{bind, url_of, Bound, Cluster, Listener, StartError};
+pub use cluster::{bind, url_of, Bound, Cluster, ClusterBuilder, Listener, StartError};
 pub use error::{ApiError, GroupResource};
 pub use server::Settings;

@@ -796,34 +796,19 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             // issues only its client certificates).
             settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             with_host_addresses(&mut settings, ctx, &name);
-            let cluster = Cluster::start(store, ca_copy, settings).await?;
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
-            cluster.server.registry().add_admission(admission.clone());
-            cluster.server.registry().add_admission(host_defaults());
-            let quota = Arc::new(ClusterQuota::new(
-                &format!("tenant \"{name}\""),
-                tenant_quota_hard(&tenant),
-            ));
-            cluster.server.registry().add_admission(quota.clone());
-            if ctx.rt.shards.get().is_some() {
-                // Other replicas write this tenant's store too (their followers): count
-                // exactly, since their writes do not raise this replica's bounds.
-                quota.set_exact(true);
-                cluster
-                    .server
-                    .registry()
-                    .add_admission(Arc::new(ResourceQuotaAdmission::exact()));
-            }
+            let plugins = tenant_admission(&ctx.rt, admission.clone(), &tenant);
+            let cluster = Cluster::builder(store, ca_copy, settings)
+                .admission(plugins)
+                .start()
+                .await?;
             cluster
                 .server
                 .set_pod_streams(Arc::new(crate::pod_streams::HostPods {
                     host: ctx.host.clone(),
                     tenant: name.clone(),
                 }));
-            if let Ok(mut q) = ctx.rt.quotas.lock() {
-                q.insert(name.clone(), quota);
-            }
             let run = start_syncer(
                 &ctx.rt,
                 &name,
@@ -1044,31 +1029,42 @@ fn host_defaults() -> Arc<dyn fabrik_apiserver::admission::Admission> {
     ))
 }
 
-/// The tenant quota a follower of `tenant` enforces: the one this replica keeps for the tenant
-/// (created on first use), following the spec, counting exactly — every replica serving the
-/// tenant writes its store, so no replica's own bookkeeping sees all writes. Namespace
-/// ResourceQuotas are enforced exactly on followers for the same reason (an exact
-/// [`ResourceQuotaAdmission`] is added to their chain).
-fn follower_quota(rt: &Runtime, tenant: &Tenant) -> Arc<ClusterQuota> {
+/// The admission plugins of a tenant's cluster after the standard chain, in order — the same
+/// on the replica that owns the tenant and on the replicas that follow it: the pod policy
+/// (`pods`), the host namespace's defaults, the tenant quota and, where other replicas write
+/// the tenant's store too, namespace quotas counted exactly.
+fn tenant_admission(
+    rt: &Runtime,
+    pods: Arc<SyncerAdmission>,
+    tenant: &Tenant,
+) -> Vec<Arc<dyn fabrik_apiserver::admission::Admission>> {
+    let mut plugins: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> =
+        vec![pods, host_defaults(), tenant_quota(rt, tenant)];
+    if rt.shards.get().is_some() {
+        plugins.push(Arc::new(ResourceQuotaAdmission::exact()));
+    }
+    plugins
+}
+
+/// The tenant quota this replica enforces for `tenant`: one per tenant (created on first use,
+/// kept while the replica serves the tenant as owner or follower), following the spec. Where
+/// replicas share the store (HA) it counts exactly: every replica serving the tenant writes
+/// its store, so no replica's own bookkeeping sees all writes.
+fn tenant_quota(rt: &Runtime, tenant: &Tenant) -> Arc<ClusterQuota> {
     let name = tenant.name_any();
     let hard = tenant_quota_hard(tenant);
-    let quota = match rt.quotas.lock() {
-        Ok(mut quotas) => quotas
-            .entry(name.clone())
-            .or_insert_with(|| {
-                Arc::new(ClusterQuota::new(
-                    &format!("tenant \"{name}\""),
-                    hard.clone(),
-                ))
-            })
-            .clone(),
-        Err(_) => Arc::new(ClusterQuota::new(
+    let fresh = || {
+        Arc::new(ClusterQuota::new(
             &format!("tenant \"{name}\""),
             hard.clone(),
-        )),
+        ))
+    };
+    let quota = match rt.quotas.lock() {
+        Ok(mut quotas) => quotas.entry(name.clone()).or_insert_with(fresh).clone(),
+        Err(_) => fresh(),
     };
     quota.set_hard(hard);
-    quota.set_exact(true);
+    quota.set_exact(rt.shards.get().is_some());
     quota
 }
 
@@ -1113,14 +1109,8 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
             }
         }
     };
-    // ... and enforces the tenant's quota, like the owner (see `follower_quota`).
-    let quota = follower_quota(&ctx.rt, tenant);
-    let admission: Vec<Arc<dyn fabrik_apiserver::admission::Admission>> = vec![
-        admission,
-        host_defaults(),
-        quota,
-        Arc::new(ResourceQuotaAdmission::exact()),
-    ];
+    // ... and runs the owner's admission.
+    let admission = tenant_admission(&ctx.rt, admission, tenant);
     let rt = &ctx.rt;
     let mut settings = rt.settings.clone();
     with_host_addresses(&mut settings, ctx, &name);
