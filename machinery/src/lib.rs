@@ -13,7 +13,8 @@
 //! - [`quantity`]: resource quantities (`100m`, `1Gi`, `1e3`) with exact arithmetic;
 //! - [`resources`]: a pod's requests and limits (sidecars included) and the rules on
 //!   containers' `resources`;
-//! - [`quota`]: what an object counts against a ResourceQuota, and quota scopes.
+//! - [`quota`]: what an object counts against a ResourceQuota, and quota scopes;
+//! - [`pod_security`]: the Pod Security Standards' lists that several checks share.
 //!
 //! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds beyond
 //! the pod, Service and claim fields quota counts (the strategic merge patch schema is
@@ -25,6 +26,7 @@ pub mod apply;
 pub mod fields;
 pub mod labels;
 pub mod patch;
+pub mod pod_security;
 pub mod quantity;
 pub mod quota;
 pub mod resources;

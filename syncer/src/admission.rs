@@ -16,6 +16,7 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use fabrik_api::RESERVED_PREFIX;
+pub use fabrik_machinery::pod_security::BASELINE_CAPABILITIES;
 use serde_json::Value;
 
 use crate::addresses;
@@ -247,23 +248,6 @@ pub fn check_endpoint_slice(slice: &Value, pod_ips: &BTreeSet<IpAddr>) -> Result
     }
     result(errs)
 }
-
-/// The capabilities the Pod Security Standards' baseline profile allows to add.
-pub const BASELINE_CAPABILITIES: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
 
 /// Checks a pod being created in a tenant cluster. `Err` lists every refused field.
 pub fn check_pod(pod: &Value, policy: &Policy) -> Result<(), Vec<String>> {

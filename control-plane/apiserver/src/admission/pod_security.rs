@@ -3,6 +3,7 @@
 //! pods that violate the level; `warn` returns `Warning` headers (for pods and for the pod
 //! templates of workloads); `audit` logs. An unknown level counts as `restricted`, as upstream.
 
+use fabrik_machinery::pod_security::BASELINE_CAPABILITIES as BASELINE_CAPS;
 use serde_json::Value;
 
 use super::{Admission, Operation, Request, Verdict};
@@ -41,22 +42,6 @@ impl Level {
         }
     }
 }
-
-const BASELINE_CAPS: &[&str] = &[
-    "AUDIT_WRITE",
-    "CHOWN",
-    "DAC_OVERRIDE",
-    "FOWNER",
-    "FSETID",
-    "KILL",
-    "MKNOD",
-    "NET_BIND_SERVICE",
-    "SETFCAP",
-    "SETGID",
-    "SETPCAP",
-    "SETUID",
-    "SYS_CHROOT",
-];
 
 const SAFE_SYSCTLS: &[&str] = &[
     "kernel.shm_rmid_forced",
