@@ -215,8 +215,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .start()
         .await
         .context("cannot start the host cluster")?;
-    let router = Router::new(cluster.server.clone(), &host_ca_pem)
-        .context("cannot route the host cluster")?;
+    let router = Router::new(cluster.server.clone());
     let url = bound.url();
     let listen_addr = bound.addr;
     let listener = bound

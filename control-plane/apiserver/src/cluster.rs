@@ -44,9 +44,6 @@ pub enum StartError {
         #[source]
         source: std::io::Error,
     },
-    /// Routing tenants.
-    #[error(transparent)]
-    Router(#[from] crate::router::RouterError),
     /// Creating the bootstrap objects.
     #[error("failed to create bootstrap objects: {0}")]
     Bootstrap(#[from] ApiError),

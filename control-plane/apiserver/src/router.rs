@@ -129,20 +129,6 @@ fn ca_subject(pem: &str) -> Option<Vec<u8>> {
     crate::pki::subject(&der)
 }
 
-/// Errors configuring the router.
-#[derive(Debug, thiserror::Error)]
-pub enum RouterError {
-    /// The CA PEM holds no certificate.
-    #[error("the CA has no certificate")]
-    NoCa,
-    /// The CA PEM is malformed.
-    #[error("invalid CA PEM: {0}")]
-    Pem(String),
-    /// The client verifier could not be built from the CAs.
-    #[error("cannot build the client verifier: {0}")]
-    Verifier(String),
-}
-
 /// The clusters behind one listener.
 pub struct Router {
     /// The cluster at `/` (none for a tenants-only router).
@@ -157,14 +143,14 @@ pub struct Router {
 
 impl Router {
     /// A router serving `host` at `/` (its CA is checked by the host's API server).
-    pub fn new(host: Arc<ApiServer>, _host_ca_pem: &str) -> Result<Arc<Router>, RouterError> {
-        Ok(Arc::new(Router {
+    pub fn new(host: Arc<ApiServer>) -> Arc<Router> {
+        Arc::new(Router {
             host: Some(host),
             tenants: RwLock::new(Tenants::default()),
             verifier: Arc::new(ClientCerts::new()),
             fairness: Fairness::new(FairnessSettings::default()),
             changes: tokio::sync::watch::Sender::new(0),
-        }))
+        })
     }
 
     /// A router serving tenants only: no cluster at `/`, where only `/healthz`, `/livez` and
@@ -193,12 +179,7 @@ impl Router {
     /// Serves `server` at `/clusters/<name>/`, and at `/` to clients whose certificate
     /// `ca_pem` issued or whose token the server's service-account issuer signed (the server
     /// verifies both).
-    pub fn add_tenant(
-        &self,
-        name: &str,
-        server: Arc<ApiServer>,
-        ca_pem: &str,
-    ) -> Result<(), RouterError> {
+    pub fn add_tenant(&self, name: &str, server: Arc<ApiServer>, ca_pem: &str) {
         // A CA that cannot be read routes nothing by certificate (and authenticates nothing).
         let client_ca = ca_subject(ca_pem);
         server.serve_as_tenant(name, self.fairness.clone());
@@ -214,7 +195,6 @@ impl Router {
             );
         }
         self.changed();
-        Ok(())
     }
 
     /// Stops serving a tenant; returns its API server if it was served.

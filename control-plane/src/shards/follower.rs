@@ -136,7 +136,7 @@ impl Followers {
         let client_ca = settings.auth.client_ca_pem.clone().unwrap_or_default();
         let follower = Follower::start(tenant, store, settings, admission).await?;
         // The router checks nothing here; the tenant's server verifies client certificates.
-        let _ = router.add_tenant(tenant, follower.server.clone(), &client_ca);
+        router.add_tenant(tenant, follower.server.clone(), &client_ca);
         tracing::info!(
             tenant,
             "following the tenant (served here, run by its owner)"

@@ -56,9 +56,6 @@ pub enum Error {
     /// The tenant's API server could not start.
     #[error("tenant API server: {0}")]
     Start(#[from] fabrik_apiserver::StartError),
-    /// The router refused the tenant.
-    #[error("routing: {0}")]
-    Router(#[from] fabrik_apiserver::router::RouterError),
     /// A stored CA or kubeconfig is malformed.
     #[error("invalid {0}")]
     Invalid(String),
@@ -822,7 +819,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             }
             ctx.rt
                 .router
-                .add_tenant(&name, cluster.server.clone(), ca.cert_pem())?;
+                .add_tenant(&name, cluster.server.clone(), ca.cert_pem());
             // Taking over: the follower served until now; the owner's server is routed.
             if let Some(shards) = ctx.rt.shards.get() {
                 shards.stop_following(&name, &ctx.rt.router).await;

@@ -1,0 +1,109 @@
+//! Non-resource paths: discovery, OpenAPI, version, health.
+
+use super::*;
+
+impl ApiServer {
+    pub(super) async fn non_resource(
+        &self,
+        req: &Request<RequestBody>,
+        route: Route,
+    ) -> Result<Reply> {
+        let accept = header_str(req, header::ACCEPT);
+        let catalog = self.registry.catalog();
+        match route {
+            Route::Health => Ok(Reply::text(
+                StatusCode::OK,
+                "ok".into(),
+                "text/plain; charset=utf-8",
+            )),
+            Route::Version => Ok(Reply::json(StatusCode::OK, &crate::server::version_info())),
+            Route::Metrics => {
+                let mut text = self.metrics.render();
+                let extra = self
+                    .metrics_sources
+                    .read()
+                    .map(|s| s.clone())
+                    .unwrap_or_default();
+                for source in extra {
+                    text.push_str(&source());
+                }
+                Ok(Reply::text(
+                    StatusCode::OK,
+                    text,
+                    "text/plain; version=0.0.4",
+                ))
+            }
+            Route::CoreVersions | Route::Groups => {
+                let core = route == Route::CoreVersions;
+                match negotiation::output(accept)? {
+                    Output::Discovery(v) => {
+                        let doc = discovery::aggregated(catalog, core, v);
+                        let mut reply = Reply::json(StatusCode::OK, &doc);
+                        reply.content_type = if v == "v2" {
+                            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+                        } else {
+                            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+                        };
+                        Ok(reply)
+                    }
+                    _ if core => Ok(Reply::json(
+                        StatusCode::OK,
+                        &discovery::core_versions(&self.settings.server_address),
+                    )),
+                    _ => Ok(Reply::json(StatusCode::OK, &discovery::group_list(catalog))),
+                }
+            }
+            Route::Group(g) => discovery::group(catalog, &g)
+                .map(|d| Reply::json(StatusCode::OK, &d))
+                .ok_or(ApiError::NoRoute),
+            Route::GroupVersion(g, v) => discovery::resource_list(catalog, &g, &v)
+                .map(|d| Reply::json(StatusCode::OK, &d))
+                .ok_or(ApiError::NoRoute),
+            Route::OpenApiV2 => {
+                let wants_proto = accept.is_some_and(|a| a.contains("protobuf"));
+                let doc = self.openapi.v2(catalog)?;
+                if wants_proto {
+                    let bytes = self.openapi.v2_protobuf(catalog)?;
+                    return Ok(Reply {
+                        status: StatusCode::OK,
+                        body: full(bytes),
+                        content_type: "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                        warnings: Vec::new(),
+                        upgrade: None,
+                    });
+                }
+                Ok(Reply::json(StatusCode::OK, &doc))
+            }
+            Route::OpenApiV3Index => Ok(Reply::json(
+                StatusCode::OK,
+                &self.openapi.v3_index(catalog)?,
+            )),
+            Route::OpenApiV3(g, v) => self
+                .openapi
+                .v3(catalog, &g, &v)
+                .map(|d| Reply::json(StatusCode::OK, &d)),
+            Route::OidcDiscovery => {
+                Ok(Reply::json(StatusCode::OK, &self.auth.tokens().discovery()))
+            }
+            Route::Jwks => {
+                let mut reply = Reply::json(StatusCode::OK, &self.auth.tokens().jwks());
+                reply.content_type = "application/jwk-set+json";
+                Ok(reply)
+            }
+            Route::Extension(path) => {
+                let route = self
+                    .routes
+                    .read()
+                    .ok()
+                    .and_then(|r| r.get(&path).cloned())
+                    .ok_or(ApiError::NoRoute)?;
+                if req.method() != http::Method::GET {
+                    return Err(ApiError::MethodNotAllowed);
+                }
+                let query = Query::parse(req.uri().query());
+                Ok(Reply::json(StatusCode::OK, &route(&query.0)?))
+            }
+            Route::Resource(_) => Err(ApiError::NoRoute),
+        }
+    }
+}
