@@ -1,12 +1,15 @@
 //! The agent loop: one pass per interval reads the Node and the GPUs, folds health signals,
-//! reconciles the layout, publishes inventory (labels, status, ResourceSlice) and carries out
-//! remediation, recording an Event for every step. A failing pass is logged and retried on the
-//! next tick; nothing in a pass panics on what the API server or the GPUs return.
+//! reconciles the layout and (with a network backend) the tenant segments, publishes inventory
+//! (labels, status, ResourceSlice) and carries out remediation, recording an Event for every
+//! step. A failing pass is logged and retried on the next tick; nothing in a pass panics on what
+//! the API server or the GPUs return. Segment problems never fail the pass: they are reported on
+//! the Node (see [`crate::network::reconcile`]) and retried with backoff.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use serde_json::json;
 use thiserror::Error;
@@ -17,6 +20,8 @@ use crate::host::events::{Kind, Recorder};
 use crate::host::{self, node, pods, slices};
 use crate::inventory;
 use crate::metering::{self, Meter};
+use crate::network::backend::SegmentBackend;
+use crate::network::reconcile::{self, Reconciler};
 use crate::partition::{self, Busy};
 use crate::remediation::{self, Action, NodeFacts};
 use crate::state::{self, AgentState, Phase};
@@ -63,6 +68,20 @@ pub struct Agent {
     blocked: BTreeSet<String>,
     /// GPU-second counters, when this agent meters (the standalone binary).
     meter: Option<Meter>,
+    /// Tenant segments, when this agent builds them.
+    network: Option<Network>,
+}
+
+/// The segment backend and the reconciler's memory.
+struct Network {
+    backend: Box<dyn SegmentBackend>,
+    reconciler: Reconciler,
+}
+
+/// What the segment step publishes on the Node.
+struct NetworkReport {
+    annotations: BTreeMap<String, Option<String>>,
+    condition: node::ConditionSpec,
 }
 
 impl Agent {
@@ -76,7 +95,18 @@ impl Agent {
             state,
             blocked: BTreeSet::new(),
             meter: None,
+            network: None,
         })
+    }
+
+    /// Builds the segments of the tenants whose pods are bound to the node, through `backend`,
+    /// on every pass (see [`crate::network::reconcile`]).
+    pub fn with_network(mut self, backend: Box<dyn SegmentBackend>) -> Agent {
+        self.network = Some(Network {
+            backend,
+            reconciler: Reconciler::new(),
+        });
+        self
     }
 
     /// Meters the GPU time of the node's pods into `meter` on every pass.
@@ -87,7 +117,12 @@ impl Agent {
 
     /// Runs passes until `shutdown` completes.
     pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
-        tracing::info!(node = %self.config.node_name, backend = self.backend.name(), "starting");
+        tracing::info!(
+            node = %self.config.node_name,
+            backend = self.backend.name(),
+            network = self.network.as_ref().map_or("none", |n| n.backend.name()),
+            "starting"
+        );
         let mut ticker = tokio::time::interval(self.config.interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tokio::pin!(shutdown);
@@ -164,6 +199,7 @@ impl Agent {
             let usage = metering::node_usages(&node_pods, &uuids, &utilization, model);
             meter.observe(&name, usage);
         }
+        let network = self.segments(&events, &node_pods).await?;
         let mut busy = Busy::new();
         for p in &on_node {
             for g in &p.gpus {
@@ -214,10 +250,13 @@ impl Agent {
             "reason": outcome.reason,
         })
         .to_string();
-        let annotations = BTreeMap::from([(
+        let mut annotations = BTreeMap::from([(
             fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
             Some(status_doc),
         )]);
+        if let Some(report) = &network {
+            annotations.extend(report.annotations.clone());
+        }
         node::publish_metadata(&self.client, &n, &inv.labels, &annotations).await?;
         let (h_status, h_reason, h_message) = health::condition(&self.state.unhealthy);
         let layout_status = if outcome.phase == Phase::Applied {
@@ -230,7 +269,7 @@ impl Agent {
             Phase::Applied => "Applied",
             Phase::Failed => "Failed",
         };
-        let conditions = [
+        let mut conditions = vec![
             (
                 fabrik_api::CONDITION_GPU_HEALTHY,
                 h_status,
@@ -244,6 +283,7 @@ impl Agent {
                 outcome.reason.clone(),
             ),
         ];
+        conditions.extend(network.map(|r| r.condition));
         node::publish_status(&self.client, &n, &inv, &conditions).await?;
         if slices::publish(&self.client, &name, node::owner(&n), inv.devices.clone()).await? {
             let msg = format!("ResourceSlice published with {} devices", inv.devices.len());
@@ -269,6 +309,77 @@ impl Agent {
         };
         let actions = remediation::plan(&self.state.unhealthy, &facts, &on_node);
         self.remediate(&events, actions).await
+    }
+
+    /// The tenant-segment step: reads the Tenants and Nodes, reconciles the node's segments and
+    /// records Events for what changed and for each problem once. `None` without a network
+    /// backend. Only Event writes can fail it.
+    async fn segments(
+        &mut self,
+        events: &Recorder,
+        node_pods: &[Pod],
+    ) -> Result<Option<NetworkReport>> {
+        let name = self.config.node_name.clone();
+        let Some(net) = self.network.as_mut() else {
+            return Ok(None);
+        };
+        let outcome = match host::tenants::list(&self.client).await {
+            Err(e) => net
+                .reconciler
+                .blocked(format!("cannot read the Tenants: {e}")),
+            Ok(tenants) => match host::tenants::nodes(&self.client).await {
+                Err(e) => net
+                    .reconciler
+                    .blocked(format!("cannot read the Nodes: {e}")),
+                Ok(nodes) => {
+                    let here = reconcile::tenants_on_node(node_pods, &name);
+                    let desired = reconcile::desired(&here, &tenants);
+                    let remotes = reconcile::remotes(&nodes, &name);
+                    net.reconciler
+                        .pass(net.backend.as_ref(), &desired, &remotes, Instant::now())
+                        .await
+                }
+            },
+        };
+        for (tenant, vni) in &outcome.changed {
+            let msg =
+                format!("segment {vni} of tenant {tenant} built or updated (vx-{vni} on br-{vni})");
+            events
+                .record(Kind::Normal, "TenantSegmentBuilt", &msg)
+                .await?;
+        }
+        for vni in &outcome.removed {
+            let msg = format!("segment {vni} removed: no pod of its tenant is on the node");
+            events
+                .record(Kind::Normal, "TenantSegmentRemoved", &msg)
+                .await?;
+        }
+        for msg in &outcome.new_errors {
+            tracing::warn!(problem = %msg, "tenant segment");
+            events
+                .record(Kind::Warning, "TenantSegmentFailed", msg)
+                .await?;
+        }
+        for subject in &outcome.resolved {
+            tracing::info!(%subject, "tenant segment problem resolved");
+        }
+        let (segments, status, reason, message) = reconcile::report(&outcome);
+        let vtep = net.backend.vtep().map(|v| v.to_string());
+        Ok(Some(NetworkReport {
+            annotations: BTreeMap::from([
+                (
+                    reconcile::ANNOTATION_TENANT_SEGMENTS.to_string(),
+                    Some(segments),
+                ),
+                (reconcile::ANNOTATION_VTEP.to_string(), vtep),
+            ]),
+            condition: (
+                reconcile::CONDITION_TENANT_NETWORKS,
+                status,
+                reason.to_string(),
+                message,
+            ),
+        }))
     }
 
     async fn remediate(&mut self, events: &Recorder, actions: Vec<Action>) -> Result<()> {

@@ -24,6 +24,9 @@
 //!
 //! Tenant networks ([`network`]): per-tenant VXLAN segments through netlink, SR-IOV VFs
 //! through sysfs, and the NetworkAttachmentDefinition and NetworkPolicy objects of a tenant.
+//! With a segment backend ([`agent::Agent::with_network`]: [`network::NetlinkSegments`] on real
+//! nodes, [`network::SimNetwork`] on simulated ones) each pass also builds the segments of the
+//! tenants whose pods are bound to the node and removes the others ([`network::reconcile`]).
 //!
 //! Not here yet: serving `pods/log` and `exec` for simulated pods (see `docs/node-agent.md`).
 

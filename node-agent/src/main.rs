@@ -9,6 +9,7 @@ use clap::{Parser, ValueEnum};
 use node_agent::agent::{Agent, Config};
 use node_agent::backend::{nvml::Nvml, simulated::Simulated, GpuBackend};
 use node_agent::metering::{self, Meter};
+use node_agent::network::{NetlinkBackend, NetlinkSegments, SegmentBackend, SimNetwork};
 
 /// Which GPU backend to use.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -16,6 +17,17 @@ enum BackendKind {
     /// Real GPUs through NVML.
     Nvml,
     /// GPUs declared in a simulation file.
+    Simulated,
+}
+
+/// Which network backend builds tenant segments.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum NetworkKind {
+    /// No tenant segments: the agent leaves the node's network alone.
+    None,
+    /// VXLAN devices and bridges through netlink (needs CAP_NET_ADMIN, `--underlay`, `--vtep`).
+    Netlink,
+    /// Segments recorded in memory (simulated nodes).
     Simulated,
 }
 
@@ -52,6 +64,17 @@ struct Args {
     /// them there). The agent needs get, create and patch on ConfigMaps in it.
     #[arg(long, value_name = "NAMESPACE", default_value = fabrik_api::tenant::USAGE_NAMESPACE)]
     usage_namespace: String,
+    /// Builds each tenant's network segment (its Tenant's `spec.network.segment`) while the
+    /// tenant has pods on the node. The agent needs list on Tenants and Nodes.
+    #[arg(long, value_enum, default_value = "none")]
+    network: NetworkKind,
+    /// The underlay (fabric) device VXLAN packets leave by (with `--network netlink`).
+    #[arg(long, value_name = "DEVICE")]
+    underlay: Option<String>,
+    /// This node's VTEP address on the underlay (with `--network netlink`; optional with
+    /// `--network simulated`). Published as the Node annotation `fabrik.dev/vtep`.
+    #[arg(long, value_name = "IPV4")]
+    vtep: Option<std::net::Ipv4Addr>,
 }
 
 fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
@@ -71,6 +94,20 @@ fn backend(args: &Args) -> Result<Box<dyn GpuBackend>> {
     })
 }
 
+fn network(args: &Args) -> Result<Option<Box<dyn SegmentBackend>>> {
+    Ok(match args.network {
+        NetworkKind::None => None,
+        NetworkKind::Netlink => {
+            let (Some(underlay), Some(vtep)) = (&args.underlay, args.vtep) else {
+                bail!("--network netlink needs --underlay DEVICE and --vtep IPV4");
+            };
+            let netlink = NetlinkBackend::connect().context("--network netlink")?;
+            Some(Box::new(NetlinkSegments::new(netlink, underlay, vtep)))
+        }
+        NetworkKind::Simulated => Some(Box::new(SimNetwork::new(args.vtep))),
+    })
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     tracing_subscriber::fmt()
@@ -83,6 +120,7 @@ async fn main() -> Result<()> {
     std::fs::create_dir_all(&args.state_dir)
         .with_context(|| format!("creating {}", args.state_dir.display()))?;
     let backend = backend(&args)?;
+    let network = network(&args)?;
     let kubeconfig = kube::config::Kubeconfig::read_from(&args.kubeconfig)
         .with_context(|| format!("reading {}", args.kubeconfig.display()))?;
     let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await?;
@@ -99,6 +137,9 @@ async fn main() -> Result<()> {
         },
         backend,
     )?;
+    if let Some(network) = network {
+        agent = agent.with_network(network);
+    }
     let publishing = args.usage_publish_interval > 0;
     let meter = (publishing || args.metrics_addr.is_some()).then(Meter::default);
     if let Some(meter) = &meter {

@@ -6,6 +6,11 @@
 //! the calling process over the `kube::Client` it passes (in `fabrik up`, the in-process
 //! client; in `fabrik nodes`, a client for any host), until its shutdown future completes.
 //!
+//! Each node's agent builds tenant segments with the simulated network backend
+//! ([`crate::network::SimNetwork`], VTEP `10.0.0.<10+i>` like the node's InternalIP): the
+//! segments of the tenants with pods on the node show in its `fabrik.dev/tenant-segments`
+//! annotation and `TenantNetworks` condition, and in [`SimNodes::networks`].
+//!
 //! Node `i` is named `gpu-node-<i>`; its files (the generated simulation file, the agent's
 //! state, simulated MIG state, and `sim-inject.yaml` for faults on demand) live in
 //! `<state_dir>/gpu-node-<i>/`. GPUs are an HGX board: all NVLinked (NVSwitch), the first half
@@ -26,6 +31,7 @@ use crate::kubelet::logs::LogStore;
 use crate::kubelet::node::NodeShape;
 use crate::kubelet::{self, Kubelet};
 use crate::metering::{publish, Meter};
+use crate::network::SimNetwork;
 use crate::scheduler;
 
 /// Errors starting the simulated nodes.
@@ -138,6 +144,8 @@ pub struct SimNodes {
     pub meter: Meter,
     /// Node names.
     pub node_names: Vec<String>,
+    /// Each node's simulated tenant segments, in the order of `node_names`.
+    pub networks: Vec<SimNetwork>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -196,6 +204,7 @@ pub fn start(
     let meter = Meter::default();
     let mut tasks = Vec::new();
     let mut node_names = Vec::new();
+    let mut networks = Vec::new();
     for i in 0..config.nodes {
         let name = format!("gpu-node-{i}");
         let dir = config.state_dir.join(&name);
@@ -217,9 +226,17 @@ pub fn start(
             },
             Box::new(backend),
         )?;
+        let index = u8::try_from(i).unwrap_or(u8::MAX);
+        let network = SimNetwork::new(Some(std::net::Ipv4Addr::new(
+            10,
+            0,
+            0,
+            index.saturating_add(10),
+        )));
+        let agent = agent.with_network(Box::new(network.clone()));
         let shape = NodeShape {
             name: name.clone(),
-            index: u8::try_from(i).unwrap_or(u8::MAX),
+            index,
             cpus: 28 * config.gpus_per_node,
             memory_gib: 256 * u64::from(config.gpus_per_node),
             max_pods: 110,
@@ -240,6 +257,7 @@ pub fn start(
         tasks.push(tokio::spawn(kubelet.run(stopped())));
         tasks.push(tokio::spawn(agent.run(stopped())));
         node_names.push(name);
+        networks.push(network);
     }
     if config.nodes > 0 && !config.usage_publish_interval.is_zero() {
         // One publisher for all nodes: each node's counters go to its own ConfigMap.
@@ -271,6 +289,7 @@ pub fn start(
         logs,
         meter,
         node_names,
+        networks,
         tasks,
     })
 }

@@ -1,6 +1,7 @@
 //! End to end: the real `fabrik up --nodes 2 --gpus-per-node 8` (built with
 //! `cargo build -p control-plane --bin fabrik`) runs simulated GPU nodes and the GPU scheduler:
-//! a Deployment of GPU pods is scheduled, packed per NUMA node and Running; a gang that does
+//! each node reports its simulated tenant networks (VTEP, no segments); a Deployment of GPU
+//! pods is scheduled, packed per NUMA node and Running; a gang that does
 //! not fit is held back whole, and placed whole once room is made; deletion finishes.
 
 use std::collections::BTreeMap;
@@ -109,6 +110,34 @@ async fn fabrik_up_runs_gpu_pods_on_simulated_nodes() {
         });
         (ready.count() == 2).then_some(())
     })
+    .await;
+
+    // Each node's agent runs the simulated network backend: its VTEP and (no tenant has a
+    // segment) no tenant segments are reported.
+    eventually(
+        "tenant networks reported",
+        Duration::from_secs(30),
+        || async {
+            let list = nodes.list(&ListParams::default()).await.ok()?;
+            let mut vteps: Vec<String> = Vec::new();
+            for n in &list.items {
+                let a = n.metadata.annotations.clone().unwrap_or_default();
+                let ready = n
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "TenantNetworks" && c.status == "True")
+                    });
+                if a.get("fabrik.dev/tenant-segments").map(String::as_str) == Some("{}") && ready {
+                    vteps.extend(a.get("fabrik.dev/vtep").cloned());
+                }
+            }
+            vteps.sort();
+            (vteps == ["10.0.0.10", "10.0.0.11"]).then_some(())
+        },
+    )
     .await;
 
     // Three 4-GPU pods: best fit puts two on one node (one per NUMA node), one on the other.

@@ -3,7 +3,8 @@
 //! namespace per node each, all four pods in the same /24 (so only the segments keep the
 //! tenants apart, not routing). The segments are made by the agent's `NetlinkBackend` inside
 //! the node namespaces; `ip` builds the scaffolding (namespaces, veths, addresses) and `ping`
-//! checks what reaches what.
+//! checks what reaches what. A third test runs the agent's reconciliation
+//! (`network::reconcile`) over `NetlinkSegments` in a namespace of its own.
 //!
 //! Needs root, `ip netns` and `ping` (`scripts/deps/netns.sh` installs iputils-ping): without
 //! them the test fails and says so — it is never skipped. Every namespace it makes has a
@@ -12,9 +13,14 @@
 use std::net::Ipv4Addr;
 use std::process::Command;
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Instant;
+
+use fabrik_api::tenant::{Tenant, TenantNetwork, TenantSpec};
 use node_agent::network::netlink::Error as NetlinkError;
+use node_agent::network::reconcile::{self, Reconciler};
 use node_agent::network::vxlan::SegmentConfig;
-use node_agent::network::{NetlinkBackend, Vni};
+use node_agent::network::{NetlinkBackend, NetlinkSegments, SegmentBackend, Vni};
 
 /// Deletes the namespaces it names when dropped.
 struct Namespaces {
@@ -386,6 +392,113 @@ async fn netlink_failures_are_clear_errors() {
         e.to_string().contains("cannot enter network namespace"),
         "{e}"
     );
+    drop(backend);
+    drop(ns);
+}
+
+/// The agent's reconciliation over the real backend ([`NetlinkSegments`]) in a namespace:
+/// a tenant's segment is built with the flood list it is given, a leftover segment device is
+/// removed, devices that only look alike are left alone, a bad segment builds nothing, and no
+/// tenant here removes everything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agents_reconciliation_builds_and_removes_segments_over_netlink() {
+    require_environment();
+    let p = prefix();
+    let mut ns = Namespaces { names: Vec::new() };
+    let node = format!("{p}-rec");
+    ns.add(&node);
+    ip(&[
+        "-n", &node, "link", "add", "up0", "type", "veth", "peer", "name", "up1",
+    ]);
+    ip(&["-n", &node, "link", "set", "up0", "up"]);
+    // A leftover segment (from before a restart) and a device that is not a segment by name.
+    ip(&[
+        "-n", &node, "link", "add", "vx-7", "type", "vxlan", "id", "7", "dstport", "4789", "dev",
+        "up0",
+    ]);
+    ip(&[
+        "-n", &node, "link", "add", "vx-09", "type", "vxlan", "id", "9", "dstport", "4789", "dev",
+        "up0",
+    ]);
+    let netlink = NetlinkBackend::in_netns(&node).expect("netlink");
+    let backend = NetlinkSegments::new(netlink, "up0", Ipv4Addr::new(192, 0, 2, 1));
+    let v = |n| Vni::new(n).expect("vni");
+    assert_eq!(
+        backend.present().await.expect("present"),
+        BTreeSet::from([v(7)])
+    );
+
+    let tenant = |name: &str, segment: i64| {
+        Tenant::new(
+            name,
+            TenantSpec {
+                network: Some(TenantNetwork {
+                    segment: Some(segment),
+                }),
+                ..TenantSpec::default()
+            },
+        )
+    };
+    let tenants = [tenant("a", 100), tenant("bad", 0)];
+    let here = BTreeMap::from([("a".to_string(), 1), ("bad".to_string(), 1)]);
+    let desired = reconcile::desired(&here, &tenants);
+    let remote = Ipv4Addr::new(192, 0, 2, 2);
+    let remotes = BTreeMap::from([(v(100), vec![remote])]);
+    let mut r = Reconciler::new();
+    let o = r.pass(&backend, &desired, &remotes, Instant::now()).await;
+    assert_eq!(o.built, BTreeMap::from([("a".to_string(), v(100))]));
+    assert_eq!(o.removed, [v(7)]);
+    assert_eq!(o.errors.len(), 1, "{o:?}");
+    assert!(o.new_errors[0].contains("invalid VNI 0"), "{o:?}");
+    let (vx, br, flood) = backend
+        .netlink()
+        .segment(v(100))
+        .await
+        .expect("look up")
+        .expect("vx-100 exists");
+    assert_eq!(vx.vni, Some(100));
+    let br = br.expect("br-100 exists");
+    assert_eq!(vx.controller, Some(br.index));
+    assert_eq!(flood, [std::net::IpAddr::V4(remote)]);
+    assert!(backend
+        .netlink()
+        .link("vx-7")
+        .await
+        .expect("look up")
+        .is_none());
+    assert!(backend
+        .netlink()
+        .link("vx-09")
+        .await
+        .expect("look up")
+        .is_some());
+    assert_eq!(
+        backend.present().await.expect("present"),
+        BTreeSet::from([v(100)])
+    );
+
+    // Again: nothing to do.
+    let o = r.pass(&backend, &desired, &remotes, Instant::now()).await;
+    assert!(o.changed.is_empty() && o.removed.is_empty(), "{o:?}");
+
+    // No tenant here any more: removed, the look-alike kept.
+    let none = reconcile::desired(&BTreeMap::new(), &tenants);
+    let o = r.pass(&backend, &none, &remotes, Instant::now()).await;
+    assert_eq!(o.removed, [v(100)]);
+    assert!(o.errors.is_empty(), "{o:?}");
+    assert!(backend.present().await.expect("present").is_empty());
+    assert!(backend
+        .netlink()
+        .link("br-100")
+        .await
+        .expect("look up")
+        .is_none());
+    assert!(backend
+        .netlink()
+        .link("vx-09")
+        .await
+        .expect("look up")
+        .is_some());
     drop(backend);
     drop(ns);
 }

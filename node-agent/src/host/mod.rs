@@ -1,11 +1,12 @@
 //! Talking to the host API server: the Node (registration, labels, annotations, status,
-//! taint and cordon), the DRA ResourceSlice, Events, and the pods on the node (listing and
-//! eviction). Thin wrappers over kube-rs; the decisions are made by the pure modules.
+//! taint and cordon), the DRA ResourceSlice, Events, the pods on the node (listing and
+//! eviction), and the Tenants and Nodes the segment reconciliation reads. Thin wrappers over kube-rs; the decisions are made by the pure modules.
 
 pub mod events;
 pub mod node;
 pub mod pods;
 pub mod slices;
+pub mod tenants;
 
 use thiserror::Error;
 

@@ -11,19 +11,29 @@
 //! * [`nad`]: the tenant's Multus NetworkAttachmentDefinition (pure).
 //! * [`policy`]: NetworkPolicies (and a CiliumNetworkPolicy) isolating tenant namespaces
 //!   (pure).
+//! * [`reconcile`]: what the agent runs each pass — a tenant's segment (its Tenant's
+//!   `spec.network.segment`) exists on a node exactly while the tenant has pods bound there —
+//!   over a [`backend::SegmentBackend`]: [`backend::NetlinkSegments`] on real nodes,
+//!   [`simulated::SimNetwork`] on simulated ones.
 //!
-//! Not here: choosing VNIs and CIDRs per tenant (the tenant manager's) and running the
-//! segment reconciliation from the agent's pass (the agent gets the tenant list from the host
-//! once the Tenant CRD carries it).
+//! Not here: choosing VNIs and CIDRs per tenant (the tenant manager's). Wired into the agent:
+//! segments only; SR-IOV VFs, NetworkAttachmentDefinitions and NetworkPolicies are built by
+//! these functions but nothing calls them yet.
 
+pub mod backend;
 pub mod nad;
 pub mod netlink;
 pub mod policy;
+pub mod reconcile;
 pub mod segment;
+pub mod simulated;
 pub mod sriov;
 pub mod vxlan;
 
+pub use backend::{NetlinkSegments, SegmentBackend};
 pub use nad::network_attachment;
 pub use netlink::NetlinkBackend;
 pub use policy::{cilium_isolation_policy, isolation_policies};
+pub use reconcile::Reconciler;
 pub use segment::{InputError, Ipv4Cidr, Vni};
+pub use simulated::SimNetwork;

@@ -113,7 +113,7 @@ pub struct Link {
 }
 
 impl Link {
-    fn from_message(m: &LinkMessage) -> Link {
+    pub(crate) fn from_message(m: &LinkMessage) -> Link {
         let mut link = Link {
             index: m.header.index,
             name: String::new(),

@@ -15,6 +15,9 @@ pub enum InputError {
     /// A VNI outside 1..=16777215 (24 bits; 0 is reserved).
     #[error("invalid VNI {0}: a VXLAN network identifier is 1..=16777215")]
     Vni(u64),
+    /// A Tenant's `spec.network.segment` that is not a VNI (negative, 0 or over 24 bits).
+    #[error("invalid VNI {0}: a VXLAN network identifier is 1..=16777215")]
+    Segment(i64),
     /// A CIDR that does not parse or is unusable.
     #[error("invalid CIDR {input:?}: {reason}")]
     Cidr {
@@ -46,6 +49,14 @@ impl Vni {
         match u32::try_from(value) {
             Ok(v) if (1..=Vni::MAX).contains(&v) => Ok(Vni(v)),
             _ => Err(InputError::Vni(value)),
+        }
+    }
+
+    /// Checks a Tenant's `spec.network.segment` (an `i64` in the API).
+    pub fn from_segment(segment: i64) -> Result<Vni, InputError> {
+        match u64::try_from(segment) {
+            Ok(v) if Vni::new(v).is_ok() => Vni::new(v),
+            _ => Err(InputError::Segment(segment)),
         }
     }
 
@@ -202,6 +213,14 @@ mod tests {
         assert_eq!(v.vxlan_name(), "vx-16777215");
         assert!(v.vxlan_name().len() <= 15 && v.bridge_name().len() <= 15);
         assert_eq!(Vni::new(100).expect("100").bridge_name(), "br-100");
+        assert_eq!(Vni::from_segment(100), Vni::new(100));
+        for bad in [0, -1, 1 << 24, i64::MIN] {
+            assert_eq!(Vni::from_segment(bad), Err(InputError::Segment(bad)));
+        }
+        assert!(Vni::from_segment(-5)
+            .expect_err("-5")
+            .to_string()
+            .starts_with("invalid VNI -5: "));
         assert!(Vni::new(0)
             .expect_err("0")
             .to_string()

@@ -12,11 +12,15 @@
 //! anything was there. Segments of different VNIs share nothing on the node: frames of one
 //! never reach another's bridge.
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr};
+
+use futures::TryStreamExt;
+use rtnetlink::packet_route::link::LinkMessage;
+use rtnetlink::{LinkBridge, LinkVxlan};
 
 use super::netlink::{request, Error, Link, NetlinkBackend};
 use super::segment::Vni;
-use rtnetlink::{LinkBridge, LinkVxlan};
 
 /// The IANA VXLAN port.
 pub const VXLAN_PORT: u16 = 4789;
@@ -79,6 +83,22 @@ fn expect_kind(link: &Link, kind: &str) -> Result<(), Error> {
             expected: format!("a {kind}"),
         })
     }
+}
+
+/// The segment `link` is a device of, if its name and kind make it one.
+fn segment_of(link: &Link) -> Option<Vni> {
+    let (number, kind) = if let Some(n) = link.name.strip_prefix("vx-") {
+        (n, "vxlan")
+    } else if let Some(n) = link.name.strip_prefix("br-") {
+        (n, "bridge")
+    } else {
+        return None;
+    };
+    if link.kind != kind || !number.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let vni = Vni::new(number.parse().ok()?).ok()?;
+    (vni.vxlan_name() == link.name || vni.bridge_name() == link.name).then_some(vni)
 }
 
 impl NetlinkBackend {
@@ -186,6 +206,24 @@ impl NetlinkBackend {
         Ok(removed)
     }
 
+    /// The VNIs of the segments on the node: every VXLAN device named `vx-<N>` and every
+    /// bridge named `br-<N>` (exactly as [`Vni::vxlan_name`] and [`Vni::bridge_name`] write
+    /// them; `vx-0100`, or a `br-7` that is not a bridge, is not a segment).
+    pub async fn segment_vnis(&self) -> Result<BTreeSet<Vni>, Error> {
+        let links: Vec<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(request("list devices"))?;
+        Ok(links
+            .iter()
+            .filter_map(|m| segment_of(&Link::from_message(m)))
+            .collect())
+    }
+
     /// Attaches the device `port` (a pod's host-side veth) to the segment's bridge and brings
     /// it up; attaching it again is a no-op.
     pub async fn attach(&self, port: &str, vni: Vni) -> Result<(), Error> {
@@ -212,5 +250,43 @@ impl NetlinkBackend {
         let br = self.link(&vni.bridge_name()).await?;
         let flood = self.flood_list(vx.index).await?;
         Ok(Some((vx, br, flood)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: &str, kind: &str) -> Link {
+        Link {
+            index: 1,
+            name: name.to_string(),
+            kind: kind.to_string(),
+            controller: None,
+            vni: None,
+            local: None,
+            underlay: None,
+            port: None,
+        }
+    }
+
+    #[test]
+    fn only_canonical_segment_devices_are_segments() {
+        let vni = |n| Vni::new(n).ok();
+        assert_eq!(segment_of(&link("vx-100", "vxlan")), vni(100));
+        assert_eq!(segment_of(&link("br-100", "bridge")), vni(100));
+        for (name, kind) in [
+            ("vx-0100", "vxlan"),
+            ("vx-100", "bridge"),
+            ("br-7", "veth"),
+            ("vx-0", "vxlan"),
+            ("vx-16777216", "vxlan"),
+            ("vx-+5", "vxlan"),
+            ("vx-", "vxlan"),
+            ("eth0", "device"),
+            ("vxlan0", "vxlan"),
+        ] {
+            assert_eq!(segment_of(&link(name, kind)), None, "{name} ({kind})");
+        }
     }
 }
