@@ -126,3 +126,111 @@ fn tenant_quota_is_enforced_at_the_tenant_admission() -> Result<()> {
     }
     Ok(())
 }
+
+/// A Deployment over the tenant's quota does not make its ReplicaSet controller spin: the
+/// refusal is retried with backoff (a handful of attempts, not thousands), the ReplicaSet's
+/// `ReplicaFailure` condition is written once and not rewritten per attempt (each rewrite
+/// woke the controller again at once), and it reads as the server's message, not a debug
+/// dump of the Status.
+#[test]
+fn an_over_quota_deployment_is_retried_with_backoff() -> Result<()> {
+    let f = Fabrik::start()?;
+    let k = kubectls().pop().expect("kubectl 1.35");
+    let cfg = f.data_dir().join("spin.kubeconfig");
+    let out = f.fabrik_cli(&[
+        "tenant",
+        "create",
+        "spin",
+        "--pods",
+        "1",
+        "--wait",
+        "--kubeconfig-out",
+        &cfg.display().to_string(),
+    ])?;
+    if !out.status.success() {
+        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let ok = kc(
+        &k,
+        &cfg,
+        &[
+            "create",
+            "deployment",
+            "web",
+            "--image=busybox",
+            "--replicas=2",
+        ],
+    )?;
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let rs = |k: &e2e::Kubectl| -> Result<serde_json::Value> {
+        let out = e2e::kc_ok(k, &cfg, &["get", "rs", "-l", "app=web", "-o", "json"])?;
+        let list: serde_json::Value = serde_json::from_str(&out)?;
+        Ok(list["items"][0].clone())
+    };
+    // Settled: one pod ready, the second refused.
+    let start = std::time::Instant::now();
+    let settled = loop {
+        let r = rs(&k)?;
+        let failed = r["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "ReplicaFailure");
+        if failed && r["status"]["readyReplicas"] == 1 {
+            break r;
+        }
+        if start.elapsed() > std::time::Duration::from_secs(30) {
+            bail!("the ReplicaSet did not settle: {r}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let condition = settled["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "ReplicaFailure")
+        .cloned()
+        .unwrap_or_default();
+    let message = condition["message"].as_str().unwrap_or("");
+    assert!(
+        message.contains("exceeded the quota of tenant \"spin\"")
+            && !message.contains("ErrorResponse"),
+        "{condition}"
+    );
+    // A window of 8 s: the ReplicaSet is not rewritten, and the attempts are few.
+    std::thread::sleep(std::time::Duration::from_secs(8));
+    let later = rs(&k)?;
+    assert_eq!(
+        later["metadata"]["resourceVersion"], settled["metadata"]["resourceVersion"],
+        "the ReplicaSet was rewritten while nothing changed: {later}"
+    );
+    // The controllers record through kube-runtime, in `events.k8s.io/v1` (a repeat is a
+    // series with a count).
+    let events: serde_json::Value = serde_json::from_str(&e2e::kc_ok(
+        &k,
+        &cfg,
+        &["get", "events.v1.events.k8s.io", "-o", "json"],
+    )?)?;
+    let attempts: u64 = events["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "FailedCreate")
+        .map(|e| {
+            e["series"]["count"]
+                .as_u64()
+                .or_else(|| e["deprecatedCount"].as_u64())
+                .unwrap_or(1)
+        })
+        .sum();
+    let elapsed = start.elapsed().as_secs();
+    assert!(
+        (1..=12).contains(&attempts),
+        "{attempts} failed creates in {elapsed} s (backoff 0.5 s doubling): {events}"
+    );
+    Ok(())
+}

@@ -70,10 +70,10 @@ impl ApiService {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Reading one of the objects failed.
-    #[error("failed to read {0}: {1}")]
+    #[error("failed to read {0}: {why}", why = crate::shared::brief(.1))]
     Get(&'static str, #[source] kube::Error),
     /// Writing one of the objects failed.
-    #[error("failed to write {0}: {1}")]
+    #[error("failed to write {0}: {why}", why = crate::shared::brief(.1))]
     Write(&'static str, #[source] kube::Error),
 }
 

@@ -22,13 +22,13 @@ pub const HASH_LABEL: &str = "controller-revision-hash";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Listing ControllerRevisions failed.
-    #[error("failed to list controller revisions: {0}")]
+    #[error("failed to list controller revisions: {why}", why = crate::shared::brief(.0))]
     List(#[source] kube::Error),
     /// Creating or renumbering a ControllerRevision failed.
-    #[error("failed to write controller revision {0}: {1}")]
+    #[error("failed to write controller revision {0}: {why}", why = crate::shared::brief(.1))]
     Write(String, #[source] kube::Error),
     /// Deleting an old ControllerRevision failed.
-    #[error("failed to delete controller revision {0}: {1}")]
+    #[error("failed to delete controller revision {0}: {why}", why = crate::shared::brief(.1))]
     Delete(String, #[source] kube::Error),
 }
 

@@ -23,7 +23,7 @@ pub const DEFAULT: &str = "default";
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Creating the `default` ServiceAccount failed.
-    #[error("failed to create service account: {0}")]
+    #[error("failed to create service account: {why}", why = crate::shared::brief(.0))]
     Create(#[source] kube::Error),
 }
 

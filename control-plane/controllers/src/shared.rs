@@ -36,12 +36,22 @@ pub fn backoff_delay(failures: u32) -> Duration {
     BACKOFF_BASE.saturating_mul(1u32 << exp).min(BACKOFF_MAX)
 }
 
+/// A kube error in a few words: an API server's refusal as its message, reason and code (not
+/// the client's debug dump of the whole Status), for Events, conditions and logs.
+pub fn brief(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} ({}, {})", s.message, s.reason, s.code),
+        other => other.to_string(),
+    }
+}
+
 /// What a reconcile gets: the client, an event recorder and the failure counts per object.
 pub struct Context {
     /// The cluster.
     pub client: kube::Client,
     recorder: Recorder,
-    failures: Mutex<HashMap<String, u32>>,
+    /// Failures in a row and the last message, per object.
+    failures: Mutex<HashMap<String, (u32, String)>>,
 }
 
 impl Context {
@@ -68,24 +78,39 @@ impl Context {
         }
     }
 
-    /// The error policy: counts the failure, publishes a Warning Event on the object and
-    /// requeues it after the backoff delay.
+    /// The error policy: counts the failure, publishes a Warning Event on the object
+    /// (`ReconcileError`) and requeues it after the backoff delay.
     pub fn failed<K: Resource<DynamicType = ()>>(&self, obj: &K, error: &dyn Display) -> Action {
-        let n = match self.failures.lock() {
+        self.failed_as(obj, "ReconcileError", error)
+    }
+
+    /// [`Context::failed`] with the Event's reason (upstream's, such as `FailedCreate`). The
+    /// failure is logged when its message changes, not on every retry.
+    pub fn failed_as<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        reason: &str,
+        error: &dyn Display,
+    ) -> Action {
+        let message = error.to_string();
+        let (n, changed) = match self.failures.lock() {
             Ok(mut f) => {
-                let n = f.entry(key(obj)).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
+                let entry = f.entry(key(obj)).or_insert((0, String::new()));
+                entry.0 = entry.0.saturating_add(1);
+                let changed = entry.1 != message;
+                if changed {
+                    entry.1 = message.clone();
+                }
+                (entry.0, changed)
             }
-            Err(_) => 1,
+            Err(_) => (1, true),
         };
-        tracing::warn!(object = %key(obj), %error, failures = n, "reconcile failed");
-        self.publish(
-            obj,
-            EventType::Warning,
-            "ReconcileError",
-            &error.to_string(),
-        );
+        if changed {
+            tracing::warn!(object = %key(obj), error = %message, failures = n, "reconcile failed");
+        } else {
+            tracing::debug!(object = %key(obj), failures = n, "reconcile failed again");
+        }
+        self.publish(obj, EventType::Warning, reason, &message);
         Action::requeue(backoff_delay(n))
     }
 

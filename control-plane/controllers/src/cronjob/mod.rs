@@ -40,16 +40,16 @@ pub enum Error {
     #[error("cronjob has no namespace")]
     NoNamespace,
     /// Listing Jobs failed.
-    #[error("failed to list jobs: {0}")]
+    #[error("failed to list jobs: {why}", why = crate::shared::brief(.0))]
     ListJobs(#[source] kube::Error),
     /// Creating a Job failed.
-    #[error("failed to create job {0}: {1}")]
+    #[error("failed to create job {0}: {why}", why = crate::shared::brief(.1))]
     CreateJob(String, #[source] kube::Error),
     /// Deleting a Job (replaced, or out of the history) failed.
-    #[error("failed to delete job {0}: {1}")]
+    #[error("failed to delete job {0}: {why}", why = crate::shared::brief(.1))]
     DeleteJob(String, #[source] kube::Error),
     /// Writing the status failed.
-    #[error("failed to update status: {0}")]
+    #[error("failed to update status: {why}", why = crate::shared::brief(.0))]
     Status(#[source] kube::Error),
 }
 

@@ -64,16 +64,16 @@ pub enum Error {
     #[error("invalid rolling update parameters: {0}")]
     Strategy(#[source] rolling::Error),
     /// Listing ReplicaSets failed.
-    #[error("failed to list replicasets: {0}")]
+    #[error("failed to list replicasets: {why}", why = crate::shared::brief(.0))]
     List(#[source] kube::Error),
     /// Creating the new ReplicaSet failed.
-    #[error("failed to create replicaset: {0}")]
+    #[error("failed to create replicaset: {why}", why = crate::shared::brief(.0))]
     Create(#[source] kube::Error),
     /// Scaling, annotating, adopting or deleting a ReplicaSet failed.
-    #[error("failed to update replicaset {0}: {1}")]
+    #[error("failed to update replicaset {0}: {why}", why = crate::shared::brief(.1))]
     Update(String, #[source] kube::Error),
     /// Writing the Deployment (status or revision annotation) failed.
-    #[error("failed to update deployment: {0}")]
+    #[error("failed to update deployment: {why}", why = crate::shared::brief(.0))]
     Deployment(#[source] kube::Error),
 }
 

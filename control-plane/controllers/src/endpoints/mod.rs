@@ -32,13 +32,13 @@ pub enum Error {
     #[error("service has no namespace")]
     NoNamespace,
     /// Listing pods or slices failed.
-    #[error("failed to list {0}: {1}")]
+    #[error("failed to list {0}: {why}", why = crate::shared::brief(.1))]
     List(&'static str, #[source] kube::Error),
     /// Reading the Endpoints failed.
-    #[error("failed to read endpoints: {0}")]
+    #[error("failed to read endpoints: {why}", why = crate::shared::brief(.0))]
     Get(#[source] kube::Error),
     /// Writing Endpoints or a slice failed.
-    #[error("failed to write {0} {1}: {2}")]
+    #[error("failed to write {0} {1}: {why}", why = crate::shared::brief(.2))]
     Write(&'static str, String, #[source] kube::Error),
 }
 

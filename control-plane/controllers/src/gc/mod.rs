@@ -37,13 +37,13 @@ use graph::{Graph, Node, OwnerLink, OwnerState, Propagation, Verdict};
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// Discovery of the served resources failed.
-    #[error("failed to discover resources: {0}")]
+    #[error("failed to discover resources: {why}", why = crate::shared::brief(.0))]
     Discovery(#[source] kube::Error),
     /// An ownerReference names a kind the server does not serve.
     #[error("owner kind {0} is not served")]
     UnknownKind(String),
     /// A read or write of an object failed.
-    #[error("failed to {0}: {1}")]
+    #[error("failed to {0}: {why}", why = crate::shared::brief(.1))]
     Api(&'static str, #[source] kube::Error),
 }
 

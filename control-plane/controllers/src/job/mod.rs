@@ -41,20 +41,31 @@ pub enum Error {
     #[error("job has no namespace")]
     NoNamespace,
     /// Listing pods failed.
-    #[error("failed to list pods: {0}")]
+    #[error("failed to list pods: {why}", why = crate::shared::brief(.0))]
     ListPods(#[source] kube::Error),
     /// Creating a pod failed.
-    #[error("failed to create pod: {0}")]
+    #[error("failed to create pod: {why}", why = crate::shared::brief(.0))]
     CreatePod(#[source] kube::Error),
     /// Deleting a pod failed.
-    #[error("failed to delete pod {0}: {1}")]
+    #[error("failed to delete pod {0}: {why}", why = crate::shared::brief(.1))]
     DeletePod(String, #[source] kube::Error),
     /// Writing the status failed.
-    #[error("failed to update status: {0}")]
+    #[error("failed to update status: {why}", why = crate::shared::brief(.0))]
     Status(#[source] kube::Error),
     /// Deleting the finished Job (TTL) failed.
-    #[error("failed to delete finished job: {0}")]
+    #[error("failed to delete finished job: {why}", why = crate::shared::brief(.0))]
     Delete(#[source] kube::Error),
+}
+
+impl Error {
+    /// The reason of the Warning Event a failure publishes (upstream's).
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::CreatePod(..) => "FailedCreate",
+            Error::DeletePod(..) => "FailedDelete",
+            _ => "ReconcileError",
+        }
+    }
 }
 
 /// Result of this module.
@@ -68,7 +79,7 @@ pub async fn run(client: kube::Client, shutdown_signal: impl Future<Output = ()>
         .graceful_shutdown_on(shutdown(shutdown_signal))
         .run(
             reconcile,
-            |j, e, ctx: Arc<Context>| ctx.failed(j.as_ref(), e),
+            |j, e, ctx: Arc<Context>| ctx.failed_as(j.as_ref(), e.reason(), e),
             ctx,
         )
         .for_each(|_| async {})

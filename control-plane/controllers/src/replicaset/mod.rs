@@ -38,20 +38,31 @@ pub enum Error {
     #[error("replicaset has no namespace")]
     NoNamespace,
     /// Listing the namespace's pods failed.
-    #[error("failed to list pods: {0}")]
+    #[error("failed to list pods: {why}", why = crate::shared::brief(.0))]
     ListPods(#[source] kube::Error),
     /// Creating a pod failed.
-    #[error("failed to create pod: {0}")]
+    #[error("failed to create pod: {why}", why = crate::shared::brief(.0))]
     CreatePod(#[source] kube::Error),
     /// Deleting a pod failed.
-    #[error("failed to delete pod {0}: {1}")]
+    #[error("failed to delete pod {0}: {why}", why = crate::shared::brief(.1))]
     DeletePod(String, #[source] kube::Error),
     /// Adopting or releasing a pod failed.
-    #[error("failed to update the owner references of pod {0}: {1}")]
+    #[error("failed to update the owner references of pod {0}: {why}", why = crate::shared::brief(.1))]
     ClaimPod(String, #[source] kube::Error),
     /// Writing the status failed.
-    #[error("failed to update status: {0}")]
+    #[error("failed to update status: {why}", why = crate::shared::brief(.0))]
     Status(#[source] kube::Error),
+}
+
+impl Error {
+    /// The reason of the Warning Event a failure publishes (upstream's).
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::CreatePod(..) => "FailedCreate",
+            Error::DeletePod(..) => "FailedDelete",
+            _ => "ReconcileError",
+        }
+    }
 }
 
 /// Result of this module.
@@ -74,7 +85,7 @@ pub async fn run(client: kube::Client, shutdown_signal: impl Future<Output = ()>
         .graceful_shutdown_on(shutdown(shutdown_signal))
         .run(
             reconcile,
-            |rs, e, ctx: Arc<Context>| ctx.failed(rs.as_ref(), e),
+            |rs, e, ctx: Arc<Context>| ctx.failed_as(rs.as_ref(), e.reason(), e),
             ctx,
         )
         .for_each(|_| async {})

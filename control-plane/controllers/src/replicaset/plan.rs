@@ -142,17 +142,24 @@ pub fn status(
         .filter(|c| c.type_.as_deref() != Some("ReplicaFailure"))
         .collect();
     if let Some((reason, message)) = failure {
-        let prev = old.conditions.iter().flatten().find(|c| {
-            c.type_.as_deref() == Some("ReplicaFailure") && c.reason.as_deref() == Some(reason)
-        });
-        conditions.push(ReplicaSetCondition {
-            type_: Some("ReplicaFailure".into()),
-            status: Some("True".into()),
-            reason: Some(reason.into()),
-            message: Some(message),
-            last_transition_time: prev
-                .and_then(|c| c.last_transition_time.clone())
-                .or(Some(Time(now))),
+        // As upstream: a failure condition already there is kept as it is while failures go
+        // on. Rewriting it with each attempt's message (which names the pod that was refused,
+        // a new name each time) would change the status on every retry, and the status write
+        // would wake the controller again at once, past its backoff.
+        let prev = old
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_.as_deref() == Some("ReplicaFailure"));
+        conditions.push(match prev {
+            Some(c) => c.clone(),
+            None => ReplicaSetCondition {
+                type_: Some("ReplicaFailure".into()),
+                status: Some("True".into()),
+                reason: Some(reason.into()),
+                message: Some(message),
+                last_transition_time: Some(Time(now)),
+            },
         });
     }
     let status = ReplicaSetStatus {
@@ -297,8 +304,23 @@ mod tests {
         assert_eq!(s.observed_generation, Some(3));
         assert_eq!(recheck, Some(Duration::from_secs(5)));
         let (s, _) = status(&rs, &[], Some(("FailedCreate", "quota".into())), now);
-        let conds = s.conditions.unwrap_or_default();
+        let conds = s.conditions.clone().unwrap_or_default();
         assert_eq!(conds.len(), 1);
         assert_eq!(conds[0].type_.as_deref(), Some("ReplicaFailure"));
+        // Failing again (another pod name in the message) leaves the status as it was, so the
+        // status write does not wake the controller before its backoff.
+        rs.status = Some(s.clone());
+        let later = Timestamp::from_second(2_000).unwrap_or(Timestamp::UNIX_EPOCH);
+        let (again, _) = status(
+            &rs,
+            &[],
+            Some(("FailedCreate", "quota, pod x2".into())),
+            later,
+        );
+        assert_eq!(again, s);
+        // Succeeding clears it.
+        rs.status = Some(again);
+        let (ok, _) = status(&rs, &[], None, later);
+        assert!(ok.conditions.unwrap_or_default().is_empty());
     }
 }

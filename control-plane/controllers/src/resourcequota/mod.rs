@@ -62,10 +62,10 @@ pub enum Error {
     #[error("resourcequota has no namespace")]
     NoNamespace,
     /// Listing a counted kind failed.
-    #[error("failed to list {0}: {1}")]
+    #[error("failed to list {0}: {why}", why = crate::shared::brief(.1))]
     List(String, #[source] kube::Error),
     /// Writing the status failed.
-    #[error("failed to update status: {0}")]
+    #[error("failed to update status: {why}", why = crate::shared::brief(.0))]
     Status(#[source] kube::Error),
 }
 

@@ -40,26 +40,39 @@ pub enum Error {
     #[error("statefulset has no namespace")]
     NoNamespace,
     /// Listing pods or claims failed.
-    #[error("failed to list {0}: {1}")]
+    #[error("failed to list {0}: {why}", why = crate::shared::brief(.1))]
     List(&'static str, #[source] kube::Error),
     /// Recording the revision failed.
     #[error(transparent)]
     Revision(#[from] revision::Error),
     /// Creating a claim failed.
-    #[error("failed to create claim {0}: {1}")]
+    #[error("failed to create claim {0}: {why}", why = crate::shared::brief(.1))]
     CreateClaim(String, #[source] kube::Error),
     /// Deleting a claim failed.
-    #[error("failed to delete claim {0}: {1}")]
+    #[error("failed to delete claim {0}: {why}", why = crate::shared::brief(.1))]
     DeleteClaim(String, #[source] kube::Error),
     /// Creating a pod failed.
-    #[error("failed to create pod {0}: {1}")]
+    #[error("failed to create pod {0}: {why}", why = crate::shared::brief(.1))]
     CreatePod(String, #[source] kube::Error),
     /// Deleting a pod failed.
-    #[error("failed to delete pod {0}: {1}")]
+    #[error("failed to delete pod {0}: {why}", why = crate::shared::brief(.1))]
     DeletePod(String, #[source] kube::Error),
     /// Writing the status failed.
-    #[error("failed to update status: {0}")]
+    #[error("failed to update status: {why}", why = crate::shared::brief(.0))]
     Status(#[source] kube::Error),
+}
+
+impl Error {
+    /// The reason of the Warning Event a failure publishes (upstream's).
+    fn reason(&self) -> &'static str {
+        match self {
+            Error::CreatePod(..) => "FailedCreate",
+            Error::DeletePod(..) => "FailedDelete",
+            Error::CreateClaim(..) => "FailedCreate",
+            Error::DeleteClaim(..) => "FailedDelete",
+            _ => "ReconcileError",
+        }
+    }
 }
 
 /// Result of this module.
@@ -76,7 +89,7 @@ pub async fn run(client: kube::Client, shutdown_signal: impl Future<Output = ()>
     .graceful_shutdown_on(shutdown(shutdown_signal))
     .run(
         reconcile,
-        |s, e, ctx: Arc<Context>| ctx.failed(s.as_ref(), e),
+        |s, e, ctx: Arc<Context>| ctx.failed_as(s.as_ref(), e.reason(), e),
         ctx,
     )
     .for_each(|_| async {})
