@@ -119,6 +119,7 @@ pub struct TenantIsolation {
 pub struct TenantNetwork {
     /// Segment identifier (a VXLAN VNI or VLAN id on the fast fabric).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 16_777_215))]
     pub segment: Option<i64>,
 }
 

@@ -156,10 +156,10 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
         }
     }
     if let Some(segment) = spec.network.as_ref().and_then(|n| n.segment) {
-        if !(0..=MAX_SEGMENT).contains(&segment) {
+        if !(1..=MAX_SEGMENT).contains(&segment) {
             errs.push(SpecError::new(
                 "spec.network.segment",
-                format!("{segment} is not a segment: use 0 to {MAX_SEGMENT} (a 24-bit VNI)"),
+                format!("{segment} is not a segment: use 1 to {MAX_SEGMENT} (a VXLAN VNI; 0 is reserved)"),
             ));
         }
     }
@@ -276,6 +276,19 @@ mod tests {
             memory.as_deref(),
             Some("spec.quota.memory: \"-5Gi\" must not be negative")
         );
+    }
+
+    #[test]
+    fn segment_zero_is_reserved() {
+        let spec = |segment| TenantSpec {
+            network: Some(TenantNetwork {
+                segment: Some(segment),
+            }),
+            ..Default::default()
+        };
+        assert_eq!(fields(&spec(0)), ["spec.network.segment"]);
+        assert!(fields(&spec(1)).is_empty());
+        assert!(fields(&spec(MAX_SEGMENT)).is_empty());
     }
 
     #[test]
