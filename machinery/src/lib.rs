@@ -14,10 +14,12 @@
 //! - [`resources`]: a pod's requests and limits (sidecars included) and the rules on
 //!   containers' `resources`;
 //! - [`quota`]: what an object counts against a ResourceQuota, and quota scopes;
-//! - [`pod_security`]: the Pod Security Standards' lists that several checks share.
+//! - [`pod_security`]: the Pod Security Standards' lists that several checks share;
+//! - [`scheduling`]: tolerations against taints, node selector terms against nodes.
 //!
 //! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds beyond
-//! the pod, Service and claim fields quota counts (the strategic merge patch schema is
+//! the pod, Service and claim fields quota counts and the scheduling fields (tolerations, taints,
+//! node selector terms) (the strategic merge patch schema is
 //! supplied through [`patch::PatchSchema`]), and never panics on
 //! input: every malformed selector, patch or quantity is reported as a typed error.
 #![forbid(unsafe_code)]
@@ -30,4 +32,5 @@ pub mod pod_security;
 pub mod quantity;
 pub mod quota;
 pub mod resources;
+pub mod scheduling;
 pub mod validation;

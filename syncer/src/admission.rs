@@ -333,19 +333,8 @@ fn check_spec(spec: &Value, policy: &Policy, errs: &mut Vec<String>) {
             }
         }
     }
-    if let Some(tolerations) = spec["tolerations"].as_array() {
-        for (i, t) in tolerations.iter().enumerate() {
-            if !policy.allows_toleration(t) {
-                errs.push(forbidden(
-                    &format!("spec.tolerations[{i}]"),
-                    &format!(
-                        "toleration {} is not one of this tenant's node pool",
-                        describe_toleration(t)
-                    ),
-                ));
-            }
-        }
-    }
+    // Tolerations are the tenant's own (its Nodes carry no taints): they are admitted and stay
+    // in the tenant; the host pod tolerates only the tenant's node pool (see `pods`).
     if let Some(pc) = spec["priorityClassName"].as_str().filter(|s| !s.is_empty()) {
         if !policy.allowed_priority_classes.iter().any(|a| a == pc) {
             errs.push(forbidden(
@@ -364,20 +353,6 @@ fn check_spec(spec: &Value, policy: &Policy, errs: &mut Vec<String>) {
             }
         }
     }
-}
-
-fn describe_toleration(t: &Value) -> String {
-    format!(
-        "{}{}{}:{}",
-        t["key"].as_str().unwrap_or("<any>"),
-        if t["operator"].as_str() == Some("Exists") {
-            " exists"
-        } else {
-            "="
-        },
-        t["value"].as_str().unwrap_or(""),
-        t["effect"].as_str().unwrap_or("<any effect>")
-    )
 }
 
 fn check_seccomp(sc: &Value, path: &str, errs: &mut Vec<String>) {
@@ -508,6 +483,14 @@ mod tests {
         );
         set(&mut p, "/spec/priorityClassName", json!("tenant-high"));
         assert_eq!(check_pod(&p, &pool_policy()), Ok(()));
+        // What DaemonSet charts carry: admitted, kept in the tenant, never on the host pod.
+        set(
+            &mut p,
+            "/spec/tolerations",
+            json!([{"operator": "Exists"},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]),
+        );
+        assert_eq!(check_pod(&p, &pool_policy()), Ok(()));
     }
 
     #[test]
@@ -540,12 +523,6 @@ mod tests {
             ("/spec/volumes", json!([{"name": "root", "hostPath": {"path": "/"}}]),
                 "spec.volumes[0].hostPath: Forbidden: hostPath volumes are not allowed"),
             ("/spec/nodeName", json!("gpu-node-7"), "spec.nodeName: Forbidden"),
-            ("/spec/tolerations", json!([{"operator": "Exists"}]),
-                "spec.tolerations[0]: Forbidden: toleration <any> exists"),
-            ("/spec/tolerations", json!([{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}]),
-                "spec.tolerations[0]: Forbidden"),
-            ("/spec/tolerations", json!([{"key": "pool", "operator": "Equal", "value": "cpu", "effect": "NoSchedule"}]),
-                "spec.tolerations[0]: Forbidden"),
             ("/spec/priorityClassName", json!("system-node-critical"),
                 "spec.priorityClassName: Forbidden: priority class \"system-node-critical\" is not allowed"),
             ("/metadata/labels/fabrik.dev~1tenant", json!("b"),

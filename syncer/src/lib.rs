@@ -260,6 +260,10 @@ async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
         tenant_objects = ctx.tenant_caches.values().map(|c| c.list().len()).sum::<usize>(),
         "syncer caches listed; syncing"
     );
+    // Once at the start, every object the caches hold: a subscriber of a shared host watch is
+    // told only of changes, so host objects that were there before it (the Nodes of the pool)
+    // would otherwise wait for the first resync.
+    resync_all(&ctx, &queue);
     let mut resync = tokio::time::interval(RESYNC);
     resync.tick().await;
     let retries = Arc::new(retry::Retries::default());

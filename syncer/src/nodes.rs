@@ -1,4 +1,5 @@
-//! Host Node → the Node a tenant sees: only nodes its pods run on, with allow-listed labels,
+//! Host Node → the Node a tenant sees: the nodes of its pool ([`crate::policy::Policy::pool_includes`])
+//! and those its pods run on, with allow-listed labels,
 //! cpu / memory / pods as they are and GPU capacity as the tenant's share (see [`crate::gpu`]).
 //! Taints, annotations and the node's other extended resources stay on the host.
 

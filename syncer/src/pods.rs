@@ -15,7 +15,8 @@
 //! pointing there, before its own entries (which win, as upstream's container env wins over
 //! service env).
 //!
-//! Not carried over (documented limits): affinity and topology spread constraints (their label
+//! Not carried over (documented limits): affinity — except a pin to one node by name, which is
+//! how a DaemonSet places its pods — and topology spread constraints (their label
 //! selectors would reach other tenants' pods), `nodeName`, `schedulerName`, `priority`,
 //! `hostAliases`, `readinessGates`, resource claims, inline CSI / image / other volume sources
 //! (replaced by `emptyDir` so that mounts still resolve), `mountPropagation`, probe `host`s.
@@ -305,6 +306,16 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     }
     if !ctx.policy.tolerations.is_empty() {
         out.insert("tolerations".into(), json!(ctx.policy.tolerations));
+    }
+    // A pod pinned to one node (a DaemonSet's: `metadata.name In [node]`) stays pinned; the
+    // pool's selector and tolerations still decide whether the host places it there.
+    if let Some(node) = pinned_node(spec) {
+        out.insert(
+            "affinity".into(),
+            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}),
+        );
     }
     if let Some(rc) = &ctx.policy.runtime_class {
         out.insert("runtimeClassName".into(), json!(rc));
@@ -797,6 +808,35 @@ pub fn host_selector(
     s.insert(fabrik_api::LABEL_TENANT.into(), tenant.into());
     s.insert(fabrik_api::LABEL_NAMESPACE.into(), namespace.into());
     s
+}
+
+/// The node a pod's required node affinity pins it to: exactly one term with exactly one
+/// field requirement `metadata.name In [node]` (how a DaemonSet places its pods). Anything else
+/// in the tenant's affinity is not carried to the host (its label terms would select among
+/// nodes of other tenants' pools).
+pub fn pinned_node(spec: &Value) -> Option<&str> {
+    let terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"]
+        .as_array()?;
+    let [term] = terms.as_slice() else {
+        return None;
+    };
+    if term["matchExpressions"]
+        .as_array()
+        .is_some_and(|e| !e.is_empty())
+    {
+        return None;
+    }
+    let [field] = term["matchFields"].as_array()?.as_slice() else {
+        return None;
+    };
+    if field["key"] != "metadata.name" || field["operator"] != "In" {
+        return None;
+    }
+    match field["values"].as_array()?.as_slice() {
+        [node] => node.as_str().filter(|n| !n.is_empty()),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
@@ -1351,5 +1391,26 @@ mod tests {
         let s = tenant_status(&host);
         assert_eq!(s.len(), 2);
         assert_eq!(s["phase"], "Running");
+    }
+
+    #[test]
+    fn only_a_one_node_pin_is_carried_to_the_host() {
+        let pin = |terms: Value| {
+            json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}})
+        };
+        let one = json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["gpu-1"]}]}]);
+        assert_eq!(pinned_node(&pin(one)), Some("gpu-1"));
+        for other in [
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a", "b"]}]}]),
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["a"]}]}]),
+            json!([{"matchExpressions": [{"key": "pool", "operator": "In", "values": ["x"]}],
+                "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]}]),
+            json!([{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["b"]}]}]),
+        ] {
+            assert_eq!(pinned_node(&pin(other.clone())), None, "{other}");
+        }
+        assert_eq!(pinned_node(&json!({})), None);
     }
 }

@@ -77,6 +77,34 @@ pub struct ApiAddress {
 }
 
 impl Policy {
+    /// Whether a host Node (as JSON) is in the tenant's node pool: its labels match the pool's
+    /// selector and the pool's tolerations tolerate every taint that keeps pods off it. The
+    /// tenant sees these Nodes (and those its pods run on), so that a DaemonSet has a node to
+    /// put a pod on before any of its pods runs.
+    pub fn pool_includes(&self, node: &serde_json::Value) -> bool {
+        let labels = &node["metadata"]["labels"];
+        let selected = self
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels[k].as_str() == Some(v.as_str()));
+        let tolerations: Vec<serde_json::Value> = self
+            .tolerations
+            .iter()
+            .filter_map(|t| serde_json::to_value(t).ok())
+            .collect();
+        let tolerated = node["spec"]["taints"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|t| fabrik_machinery::scheduling::blocks_scheduling(t))
+            .all(|taint| {
+                tolerations
+                    .iter()
+                    .any(|t| fabrik_machinery::scheduling::tolerates(t, taint))
+            });
+        selected && tolerated
+    }
+
     /// Whether a toleration (as JSON) is one of the pool's tolerations.
     pub fn allows_toleration(&self, toleration: &serde_json::Value) -> bool {
         let Ok(t) = serde_json::from_value::<Toleration>(toleration.clone()) else {
@@ -159,5 +187,42 @@ mod tests {
             assert!(!p.allows_external_name(bad), "{bad}");
         }
         assert!(!Policy::default().allows_external_name("db.example.com"));
+    }
+
+    #[test]
+    fn the_pool_is_the_selected_nodes_whose_blocking_taints_it_tolerates() {
+        let policy = Policy {
+            node_selector: [("pool".to_string(), "a".to_string())].into(),
+            tolerations: vec![Toleration {
+                key: Some("dedicated".into()),
+                operator: Some("Equal".into()),
+                value: Some("team-a".into()),
+                effect: Some("NoSchedule".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let node = |labels: serde_json::Value, taints: serde_json::Value| serde_json::json!({"metadata": {"labels": labels}, "spec": {"taints": taints}});
+        let pool_a = serde_json::json!({"pool": "a"});
+        assert!(policy.pool_includes(&node(pool_a.clone(), serde_json::json!([]))));
+        assert!(policy.pool_includes(&node(
+            pool_a.clone(),
+            serde_json::json!([
+            {"key": "dedicated", "value": "team-a", "effect": "NoSchedule"},
+            {"key": "soft", "effect": "PreferNoSchedule"}])
+        )));
+        assert!(!policy.pool_includes(&node(
+            pool_a,
+            serde_json::json!([
+            {"key": "dedicated", "value": "team-b", "effect": "NoSchedule"}])
+        )));
+        assert!(!policy.pool_includes(&node(
+            serde_json::json!({"pool": "b"}),
+            serde_json::json!([])
+        )));
+        // No selector, no tolerations: every untainted node.
+        assert!(
+            Policy::default().pool_includes(&node(serde_json::json!({}), serde_json::Value::Null))
+        );
     }
 }

@@ -1074,8 +1074,9 @@ async fn node(ctx: &Context, name: &str) -> Result<(), Error> {
     ) else {
         return Ok(());
     };
-    let used = tenant_nodes(&pods.list()).iter().any(|n| n == name);
     let host = hc.get("", name);
+    let used = tenant_nodes(&pods.list()).iter().any(|n| n == name)
+        || host.as_ref().is_some_and(|h| ctx.policy.pool_includes(h));
     let mine = tc.get("", name);
     let api = ctx.tenant_api(Kind::Node, "");
     let tenant_err = |verb, source| Error::Tenant {

@@ -177,8 +177,12 @@ async fn daemonset_runs_one_pod_per_fitting_node() -> Result<()> {
     let list = pods.list(&ListParams::default()).await?.items;
     assert_eq!(list.len(), 1, "only n1 fits: {placed:?}");
     let pod = &list[0];
+    // Pinned to n1 by node affinity, as upstream; the scheduler binds it.
     assert_eq!(
-        pod.spec.as_ref().and_then(|s| s.node_name.as_deref()),
+        pod.spec
+            .as_ref()
+            .and_then(fabrik_controllers::daemonset::plan::node_of)
+            .as_deref(),
         Some("n1")
     );
     set_running(&pods, &pod.name_any(), "10.244.1.2", true).await?;

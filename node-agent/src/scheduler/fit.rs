@@ -25,20 +25,11 @@ pub struct Placement {
 }
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
+    let Ok(taint) = serde_json::to_value(taint) else {
+        return false;
+    };
     tolerations.iter().any(|t| {
-        let key_ok = match t.key.as_deref() {
-            None | Some("") => t.operator.as_deref() == Some("Exists"),
-            Some(k) => k == taint.key,
-        };
-        let value_ok = match t.operator.as_deref() {
-            Some("Exists") => true,
-            _ => t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or(""),
-        };
-        let effect_ok = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == taint.effect);
-        key_ok && value_ok && effect_ok
+        serde_json::to_value(t).is_ok_and(|t| fabrik_machinery::scheduling::tolerates(&t, &taint))
     })
 }
 
@@ -128,6 +119,13 @@ pub fn fit(node: &NodeView, pod: &PodRequest) -> Result<Vec<usize>, String> {
         if node.labels.get(k) != Some(v) {
             return Err("node selector does not match".into());
         }
+    }
+    if !fabrik_machinery::scheduling::required_affinity_selects(
+        &pod.node_affinity,
+        &node.name,
+        &node.labels,
+    ) {
+        return Err("node affinity does not match".into());
     }
     for t in &node.taints {
         let blocks = t.effect == "NoSchedule" || t.effect == "NoExecute";

@@ -73,6 +73,9 @@ pub struct PodRequest {
     pub node_selector: BTreeMap<String, String>,
     /// `spec.tolerations`.
     pub tolerations: Vec<Toleration>,
+    /// Required node affinity (`requiredDuringSchedulingIgnoredDuringExecution`, as JSON; Null
+    /// when there is none): label terms and `metadata.name` pins (a daemon pod's).
+    pub node_affinity: serde_json::Value,
     /// Gang name and size, when the pod declares one.
     pub gang: Option<(String, usize)>,
 }
@@ -154,6 +157,12 @@ pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
         requests: requests(pod).map_err(|e| e.to_string())?,
         node_selector: spec.node_selector.unwrap_or_default(),
         tolerations: spec.tolerations.unwrap_or_default(),
+        node_affinity: spec
+            .affinity
+            .and_then(|a| a.node_affinity)
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution)
+            .and_then(|r| serde_json::to_value(r).ok())
+            .unwrap_or_default(),
         gang: gang(pod)?,
     })
 }

@@ -288,8 +288,21 @@ mod tests {
             operator: Some("Exists".into()),
             ..Default::default()
         }];
-        match &plan(&mut nodes, &[wants_a], &BTreeMap::new())[0] {
+        match &plan(&mut nodes.clone(), &[wants_a.clone()], &BTreeMap::new())[0] {
             Outcome::Bind(p) => assert_eq!(p.node, "a"),
+            o => panic!("{o:?}"),
+        }
+        // A daemon pod pinned by required node affinity goes to its node only.
+        wants_a.node_affinity = serde_json::json!({"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["b"]}]}]});
+        match &plan(&mut nodes.clone(), &[wants_a.clone()], &BTreeMap::new())[0] {
+            Outcome::Bind(p) => assert_eq!(p.node, "b"),
+            o => panic!("{o:?}"),
+        }
+        wants_a.node_affinity = serde_json::json!({"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": ["c"]}]}]});
+        match &plan(&mut nodes, &[wants_a], &BTreeMap::new())[0] {
+            Outcome::Unschedulable(r) => assert!(r.contains("node affinity does not match"), "{r}"),
             o => panic!("{o:?}"),
         }
     }

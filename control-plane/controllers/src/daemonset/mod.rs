@@ -1,6 +1,7 @@
 //! The DaemonSet controller: one pod per Node that its `nodeSelector` and required node
 //! affinity select, whose `NoSchedule` / `NoExecute` taints the pod tolerates and that is not
-//! cordoned. Pods get `spec.nodeName` directly (there is no scheduler).
+//! cordoned. Pods are pinned to their node by required node affinity (`metadata.name In
+//! [node]`, as upstream since 1.12) and bound by the scheduler — the host's, for a tenant's.
 //!
 //! Pods on nodes that no longer fit (not selected, an untolerated `NoExecute` taint) are
 //! deleted; a `NoSchedule` taint or cordoning keeps existing pods. `RollingUpdate` replaces
@@ -135,11 +136,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
         .iter()
         .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
     {
-        let node = p
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+        let node = p.spec.as_ref().and_then(plan::node_of).unwrap_or_default();
         by_node.entry(node).or_default().push(PodState {
             name: p.name_any(),
             updated: p.labels().get(HASH_LABEL) == Some(&hash),
@@ -191,7 +188,7 @@ async fn reconcile(ds: Arc<DaemonSet>, ctx: Arc<Context>) -> Result<Action> {
                     ds.metadata.generation.unwrap_or(1).to_string(),
                 );
                 if let Some(s) = pod.spec.as_mut() {
-                    s.node_name = Some(node.clone());
+                    plan::pin_to_node(s, &node);
                 }
                 match pods_api.create(&PostParams::default(), &pod).await {
                     Ok(p) => ctx.publish(

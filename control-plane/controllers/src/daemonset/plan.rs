@@ -1,11 +1,13 @@
 //! The pure steps of a DaemonSet reconcile: which nodes should run a daemon pod, what to
 //! create and delete on each, how many old pods a rolling update may take down, and the status.
 
-use std::collections::BTreeMap;
-
+use fabrik_machinery::scheduling;
 use k8s_openapi::api::apps::v1::{DaemonSet, DaemonSetStatus};
-use k8s_openapi::api::core::v1::{Node, NodeSelectorRequirement, Pod, PodSpec, Taint, Toleration};
+use k8s_openapi::api::core::v1::{
+    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
+};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
 
 /// Whether a node fits a daemon pod.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,50 +18,16 @@ pub struct Fit {
     pub may_stay: bool,
 }
 
-/// Whether `toleration` tolerates `taint` (upstream's `ToleratesTaint`).
+/// Whether `toleration` tolerates `taint` (upstream's `ToleratesTaint`, as
+/// [`fabrik_machinery::scheduling::tolerates`]).
 pub fn tolerates(toleration: &Toleration, taint: &Taint) -> bool {
-    if let Some(effect) = toleration.effect.as_deref().filter(|e| !e.is_empty()) {
-        if effect != taint.effect {
-            return false;
-        }
-    }
-    let key = toleration.key.as_deref().unwrap_or("");
-    if !key.is_empty() && key != taint.key {
+    let (Ok(toleration), Ok(taint)) = (
+        serde_json::to_value(toleration),
+        serde_json::to_value(taint),
+    ) else {
         return false;
-    }
-    match toleration.operator.as_deref().unwrap_or("Equal") {
-        "Exists" => true,
-        "Equal" | "" => {
-            !key.is_empty()
-                && toleration.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
-        }
-        _ => false,
-    }
-}
-
-fn requirement_matches(r: &NodeSelectorRequirement, labels: &BTreeMap<String, String>) -> bool {
-    let values = r.values.as_deref().unwrap_or_default();
-    let value = labels.get(&r.key);
-    match r.operator.as_str() {
-        "In" => value.is_some_and(|v| values.contains(v)),
-        "NotIn" => value.is_none_or(|v| !values.contains(v)),
-        "Exists" => value.is_some(),
-        "DoesNotExist" => value.is_none(),
-        "Gt" | "Lt" => {
-            let (Some(v), Some(bound)) = (
-                value.and_then(|v| v.parse::<i64>().ok()),
-                values.first().and_then(|b| b.parse::<i64>().ok()),
-            ) else {
-                return false;
-            };
-            if r.operator == "Gt" {
-                v > bound
-            } else {
-                v < bound
-            }
-        }
-        _ => false,
-    }
+    };
+    scheduling::tolerates(&toleration, &taint)
 }
 
 /// Whether the pod's `nodeSelector` and required node affinity (label expressions) select the
@@ -71,7 +39,7 @@ pub fn selects(spec: &PodSpec, node: &Node) -> bool {
         .iter()
         .flatten()
         .all(|(k, v)| labels.get(k) == Some(v));
-    let terms = spec
+    let required = spec
         .affinity
         .as_ref()
         .and_then(|a| a.node_affinity.as_ref())
@@ -79,16 +47,9 @@ pub fn selects(spec: &PodSpec, node: &Node) -> bool {
             n.required_during_scheduling_ignored_during_execution
                 .as_ref()
         })
-        .map(|r| r.node_selector_terms.clone());
-    let affinity_ok = match terms {
-        None => true,
-        Some(terms) => terms.iter().any(|t| {
-            t.match_expressions
-                .iter()
-                .flatten()
-                .all(|r| requirement_matches(r, &labels))
-        }),
-    };
+        .and_then(|r| serde_json::to_value(r).ok())
+        .unwrap_or_default();
+    let affinity_ok = scheduling::required_affinity_selects(&required, &node.name_any(), &labels);
     selector_ok && affinity_ok
 }
 
@@ -281,7 +242,54 @@ pub fn status(ds: &DaemonSet, nodes: &[NodeState]) -> DaemonSetStatus {
 
 /// Whether `pod` is placed on `node`.
 pub fn on_node(pod: &Pod, node: &str) -> bool {
-    pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(node)
+    pod.spec.as_ref().and_then(node_of).as_deref() == Some(node)
+}
+
+/// The node a daemon pod is for: where it is bound, else the node its required node affinity
+/// pins it to (a pod waiting for the scheduler).
+pub fn node_of(spec: &PodSpec) -> Option<String> {
+    if let Some(n) = spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+        return Some(n.to_string());
+    }
+    let terms = &spec
+        .affinity
+        .as_ref()?
+        .node_affinity
+        .as_ref()?
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()?
+        .node_selector_terms;
+    match terms.as_slice() {
+        [term] => match term.match_fields.as_deref() {
+            Some([r]) if r.key == "metadata.name" && r.operator == "In" => {
+                match r.values.as_deref() {
+                    Some([node]) => Some(node.clone()),
+                    _ => None,
+                }
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Pins a daemon pod to `node` as upstream's controller has since 1.12: its required node
+/// affinity becomes the one term `metadata.name In [node]` (its label requirements chose the
+/// node already; preferred terms and other affinity stay), and the scheduler binds it — so
+/// that the scheduler accounts its resources, and a tenant's pod is placed by the host.
+pub fn pin_to_node(spec: &mut PodSpec, node: &str) {
+    let affinity = spec.affinity.get_or_insert_with(Default::default);
+    let node_affinity = affinity.node_affinity.get_or_insert_with(Default::default);
+    node_affinity.required_during_scheduling_ignored_during_execution = Some(NodeSelector {
+        node_selector_terms: vec![NodeSelectorTerm {
+            match_fields: Some(vec![NodeSelectorRequirement {
+                key: "metadata.name".into(),
+                operator: "In".into(),
+                values: Some(vec![node.to_string()]),
+            }]),
+            match_expressions: None,
+        }],
+    });
 }
 
 #[cfg(test)]
@@ -452,5 +460,27 @@ mod tests {
             3
         );
         assert_eq!(max_unavailable(Some(&IntOrString::Int(2)), 10), 2);
+    }
+
+    #[test]
+    fn a_daemon_pod_is_pinned_by_affinity_and_found_by_it() {
+        let mut spec = PodSpec {
+            affinity: Some(k8s_openapi::api::core::v1::Affinity {
+                pod_anti_affinity: Some(Default::default()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(node_of(&spec), None);
+        pin_to_node(&mut spec, "gpu-1");
+        assert_eq!(node_of(&spec).as_deref(), Some("gpu-1"));
+        assert!(spec.node_name.is_none(), "the scheduler binds it");
+        assert!(spec
+            .affinity
+            .as_ref()
+            .is_some_and(|a| a.pod_anti_affinity.is_some()));
+        // Bound: where it is bound.
+        spec.node_name = Some("gpu-2".into());
+        assert_eq!(node_of(&spec).as_deref(), Some("gpu-2"));
     }
 }
