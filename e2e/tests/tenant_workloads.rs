@@ -128,3 +128,67 @@ fn a_daemonset_runs_a_pod_on_every_node_of_the_tenant_s_pool() -> Result<()> {
     }
     Ok(())
 }
+
+/// A Job in a tenant completes on simulated nodes: pods that do not restart `Always` exit 0
+/// after a short simulated run (as KWOK's default stages), so Jobs, Helm hooks and `helm test`
+/// pods finish.
+#[test]
+fn a_job_in_a_tenant_completes() -> Result<()> {
+    let f = Fabrik::start()?;
+    let k = kubectls().pop().expect("kubectl 1.35");
+    let cfg = f.data_dir().join("jobs.kubeconfig");
+    let out = f.fabrik_cli(&[
+        "tenant",
+        "create",
+        "jobs",
+        "--wait",
+        "--kubeconfig-out",
+        &cfg.display().to_string(),
+    ])?;
+    if !out.status.success() {
+        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let out = kc(
+        &k,
+        &cfg,
+        &[
+            "create",
+            "job",
+            "once",
+            "--image=busybox",
+            "--",
+            "echo",
+            "done",
+        ],
+    )?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kc(
+        &k,
+        &cfg,
+        &[
+            "wait",
+            "--for=condition=Complete",
+            "job/once",
+            "--timeout=60s",
+        ],
+    )?;
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let job = json(&kc_ok(&k, &cfg, &["get", "job", "once", "-o", "json"])?)?;
+    assert_eq!(job["status"]["succeeded"], 1, "{}", job["status"]);
+    let pods = json(&kc_ok(
+        &k,
+        &cfg,
+        &["get", "pods", "-l", "job-name=once", "-o", "json"],
+    )?)?;
+    assert_eq!(pods["items"][0]["status"]["phase"], "Succeeded", "{pods}");
+    Ok(())
+}

@@ -5,8 +5,11 @@
 //! * A bound pod this kubelet has not started is started: phase `Running`, conditions
 //!   `PodScheduled`, `Initialized`, `ContainersReady`, `Ready`, a pod IP, every container
 //!   running.
-//! * With `fabrik.dev/sim-run-seconds` and a restart policy other than `Always`, the containers
-//!   exit 0 that long after the start: phase `Succeeded` (a terminal pod).
+//! * With a restart policy other than `Always` (a Job's pod, a Helm hook, a `helm test` pod),
+//!   the containers exit 0 [`DEFAULT_RUN_SECONDS`] after the start — or
+//!   `fabrik.dev/sim-run-seconds` after it, when the pod says — : phase `Succeeded` (a terminal
+//!   pod), as KWOK's default stages complete such pods. Pods that restart `Always` run until
+//!   they are deleted.
 //! * A pod being deleted (`deletionTimestamp`) is finished — deleted with a grace period of 0 —
 //!   once its simulated containers have stopped: `fabrik.dev/sim-stop-seconds` after the
 //!   deletion was asked for (default 0: they exit on SIGTERM at once), and never later than the
@@ -16,6 +19,10 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{json, Value};
+
+/// How long the containers of a pod that does not restart `Always` run when its
+/// `fabrik.dev/sim-run-seconds` does not say.
+pub const DEFAULT_RUN_SECONDS: f64 = 1.0;
 
 /// What to do with a pod now.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,12 +85,10 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
         .as_ref()
         .and_then(|s| s.restart_policy.as_deref())
         .is_none_or(|p| p == "Always");
-    let run = annotation_seconds(pod, fabrik_api::ANNOTATION_SIM_RUN_SECONDS);
-    let start = pod.status.as_ref().and_then(|s| s.start_time.as_ref());
-    match (run, start) {
-        (Some(run), Some(Time(start))) if !restart_always && now >= *start + seconds(run) => {
-            Step::Exit
-        }
+    let run = annotation_seconds(pod, fabrik_api::ANNOTATION_SIM_RUN_SECONDS)
+        .unwrap_or(DEFAULT_RUN_SECONDS);
+    match pod.status.as_ref().and_then(|s| s.start_time.as_ref()) {
+        Some(Time(start)) if !restart_always && now >= *start + seconds(run) => Step::Exit,
         _ => Step::Wait,
     }
 }
@@ -245,6 +250,24 @@ mod tests {
             s.phase = Some("Succeeded".into());
         }
         assert_eq!(step(&p, true, at(9)), Step::Wait, "terminal pods stay");
+    }
+
+    #[test]
+    fn pods_that_do_not_restart_always_complete_by_default() {
+        let mut p = pod();
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            start_time: Some(Time(at(0))),
+            ..Default::default()
+        });
+        assert_eq!(step(&p, true, at(60)), Step::Wait, "restartPolicy Always runs on");
+        for policy in ["Never", "OnFailure"] {
+            if let Some(s) = p.spec.as_mut() {
+                s.restart_policy = Some(policy.into());
+            }
+            assert_eq!(step(&p, true, at(0)), Step::Wait, "{policy}");
+            assert_eq!(step(&p, true, at(1)), Step::Exit, "{policy}");
+        }
     }
 
     #[test]
