@@ -260,7 +260,11 @@ mod tests {
             start_time: Some(Time(at(0))),
             ..Default::default()
         });
-        assert_eq!(step(&p, true, at(60)), Step::Wait, "restartPolicy Always runs on");
+        assert_eq!(
+            step(&p, true, at(60)),
+            Step::Wait,
+            "restartPolicy Always runs on"
+        );
         for policy in ["Never", "OnFailure"] {
             if let Some(s) = p.spec.as_mut() {
                 s.restart_policy = Some(policy.into());
