@@ -1,22 +1,21 @@
 //! Generation of the built-in definitions from k8s-openapi's schemars schemas.
 //!
-//! Every served kind (and its list kind, which k8s-openapi has no schema for and which is
-//! therefore written here) lands in one map keyed by the upstream definition name, with
+//! Every kind of the table in [`crate::kinds`] (and its list kind, which k8s-openapi has no
+//! schema for and which is therefore written here), the subresource bodies and the `meta.k8s.io`
+//! kinds land in one map keyed by the upstream definition name, with
 //! references written as `#/components/schemas/<name>` and `$ref` siblings moved into
 //! `allOf: [{$ref}]`, the shape upstream OpenAPI v3 uses.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::{
-    admissionregistration, apps, authentication, authorization, autoscaling, batch, coordination,
-    core, discovery, events, networking, node, policy, rbac, resource, scheduling, storage,
-};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+use k8s_openapi::api::{authentication, autoscaling, core, policy};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta;
 use k8s_openapi::ListableResource;
 use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::JsonSchema;
 use serde_json::{json, Value};
+
+use crate::kinds::builtin_kinds;
 
 /// Prefix of every reference inside the generated definitions.
 pub(crate) const REF_PREFIX: &str = "#/components/schemas/";
@@ -25,17 +24,19 @@ pub(crate) const REF_PREFIX: &str = "#/components/schemas/";
 const LIST_META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1.ListMeta";
 
 /// Collects schemas and the (item, list) pairs whose list schemas are written by hand.
-struct Collector {
+pub(crate) struct Collector {
     generator: SchemaGenerator,
     lists: Vec<(String, String, String)>,
 }
 
 impl Collector {
-    fn kind<T: JsonSchema>(&mut self) {
+    /// Registers the schema of `T`.
+    pub(crate) fn kind<T: JsonSchema>(&mut self) {
         self.generator.subschema_for::<T>();
     }
 
-    fn listable<T: JsonSchema + ListableResource>(&mut self) {
+    /// Registers the schema of `T` and of its list.
+    pub(crate) fn listable<T: JsonSchema + ListableResource>(&mut self) {
         self.generator.subschema_for::<T>();
         let item = T::schema_name().into_owned();
         let prefix = item.rsplit_once('.').map_or("", |(p, _)| p);
@@ -54,59 +55,15 @@ pub(crate) fn generate() -> BTreeMap<String, Value> {
         generator: settings.into_generator(),
         lists: Vec::new(),
     };
-    c.listable::<core::v1::Namespace>();
-    c.listable::<core::v1::Pod>();
-    c.kind::<core::v1::Binding>();
-    c.listable::<core::v1::Service>();
-    c.listable::<core::v1::Endpoints>();
-    c.listable::<core::v1::ConfigMap>();
-    c.listable::<core::v1::Secret>();
-    c.listable::<core::v1::ServiceAccount>();
-    c.listable::<core::v1::Event>();
-    c.listable::<core::v1::PersistentVolumeClaim>();
-    c.listable::<core::v1::PersistentVolume>();
-    c.listable::<core::v1::Node>();
-    c.listable::<core::v1::ResourceQuota>();
-    c.listable::<core::v1::LimitRange>();
-    c.listable::<core::v1::PodTemplate>();
-    c.listable::<apps::v1::Deployment>();
-    c.listable::<apps::v1::ReplicaSet>();
-    c.listable::<apps::v1::StatefulSet>();
-    c.listable::<apps::v1::DaemonSet>();
-    c.listable::<apps::v1::ControllerRevision>();
+    for kind in builtin_kinds() {
+        (kind.register)(&mut c);
+    }
+    // Bodies of subresources that are not their kind's own (`Subresource::body`).
     c.kind::<autoscaling::v1::Scale>();
+    c.kind::<core::v1::Binding>();
     c.kind::<policy::v1::Eviction>();
-    c.listable::<policy::v1::PodDisruptionBudget>();
-    c.listable::<batch::v1::Job>();
-    c.listable::<batch::v1::CronJob>();
-    c.listable::<rbac::v1::Role>();
-    c.listable::<rbac::v1::ClusterRole>();
-    c.listable::<rbac::v1::RoleBinding>();
-    c.listable::<rbac::v1::ClusterRoleBinding>();
-    c.listable::<coordination::v1::Lease>();
-    c.listable::<discovery::v1::EndpointSlice>();
-    c.listable::<events::v1::Event>();
-    c.listable::<networking::v1::NetworkPolicy>();
-    c.listable::<networking::v1::Ingress>();
-    c.listable::<networking::v1::IngressClass>();
-    c.listable::<scheduling::v1::PriorityClass>();
-    c.listable::<storage::v1::StorageClass>();
-    c.listable::<storage::v1::CSIDriver>();
-    c.listable::<node::v1::RuntimeClass>();
-    c.listable::<resource::v1::DeviceClass>();
-    c.listable::<resource::v1::ResourceClaim>();
-    c.listable::<resource::v1::ResourceClaimTemplate>();
-    c.listable::<resource::v1::ResourceSlice>();
-    c.listable::<apiextensions::CustomResourceDefinition>();
-    c.listable::<admissionregistration::v1::ValidatingAdmissionPolicy>();
-    c.listable::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>();
-    c.kind::<authentication::v1::TokenReview>();
     c.kind::<authentication::v1::TokenRequest>();
-    c.kind::<authentication::v1::SelfSubjectReview>();
-    c.kind::<authorization::v1::SubjectAccessReview>();
-    c.kind::<authorization::v1::LocalSubjectAccessReview>();
-    c.kind::<authorization::v1::SelfSubjectAccessReview>();
-    c.kind::<authorization::v1::SelfSubjectRulesReview>();
+    // meta.k8s.io
     c.kind::<meta::Status>();
     c.kind::<meta::DeleteOptions>();
     c.kind::<meta::APIResourceList>();

@@ -1,6 +1,7 @@
 //! The catalog of served resources: for each, its names, scope, subresources, schema and
-//! strategy. One generic registry serves every entry; adding a kind means adding an entry here
-//! (built-in) or a CRD (later), never a handler.
+//! strategy. One generic registry serves every entry; adding a kind means adding a row to
+//! `fabrik-openapi`'s kind table (built-in, see [`fabrik_openapi::builtin_kinds`]) or a CRD,
+//! never a handler.
 
 mod builtin;
 
@@ -8,75 +9,12 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
-use fabrik_openapi::Definitions;
-
-use serde_json::Value;
+use fabrik_openapi::{Definitions, Verbs};
 
 use crate::error::GroupResource;
 use crate::strategy::Strategy;
 
-/// A subresource a resource serves.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Subresource {
-    /// `/status`: writes change only `.status`.
-    Status,
-    /// `/scale`: an `autoscaling/v1 Scale` view of `spec.replicas`.
-    Scale,
-    /// `pods/binding`: assigns a node.
-    Binding,
-    /// `pods/eviction`: deletion that respects disruption budgets.
-    Eviction,
-    /// `namespaces/finalize`: writes change only `spec.finalizers`.
-    Finalize,
-    /// `serviceaccounts/token`: a TokenRequest for a signed service-account token.
-    Token,
-    /// `pods/log`.
-    Log,
-    /// `pods/exec`.
-    Exec,
-    /// `pods/attach`.
-    Attach,
-    /// `pods/portforward`.
-    PortForward,
-}
-
-impl Subresource {
-    /// The path segment.
-    pub fn name(self) -> &'static str {
-        match self {
-            Subresource::Status => "status",
-            Subresource::Scale => "scale",
-            Subresource::Binding => "binding",
-            Subresource::Eviction => "eviction",
-            Subresource::Finalize => "finalize",
-            Subresource::Token => "token",
-            Subresource::Log => "log",
-            Subresource::Exec => "exec",
-            Subresource::Attach => "attach",
-            Subresource::PortForward => "portforward",
-        }
-    }
-
-    /// Parses a path segment.
-    pub fn parse(s: &str) -> Option<Subresource> {
-        Some(match s {
-            "status" => Subresource::Status,
-            "scale" => Subresource::Scale,
-            "binding" => Subresource::Binding,
-            "eviction" => Subresource::Eviction,
-            "finalize" => Subresource::Finalize,
-            "token" => Subresource::Token,
-            "log" => Subresource::Log,
-            "exec" => Subresource::Exec,
-            "attach" => Subresource::Attach,
-            "portforward" => Subresource::PortForward,
-            _ => return None,
-        })
-    }
-}
-
-/// Checks that a JSON object decodes as the kind's typed structure (types of every field).
-pub type TypeCheck = fn(&Value) -> Result<(), String>;
+pub use fabrik_openapi::{Subresource, TypeCheck};
 
 /// Where a resource's schema lives.
 #[derive(Clone)]
@@ -208,19 +146,12 @@ impl ResourceDef {
 
     /// Verbs of the main resource.
     pub fn verbs(&self) -> Vec<&'static str> {
-        if self.create_only {
-            return vec!["create"];
-        }
-        vec![
-            "create",
-            "delete",
-            "deletecollection",
-            "get",
-            "list",
-            "patch",
-            "update",
-            "watch",
-        ]
+        let verbs = if self.create_only {
+            Verbs::CreateOnly
+        } else {
+            Verbs::All
+        };
+        verbs.names().to_vec()
     }
 }
 
