@@ -208,25 +208,31 @@ fn an_over_quota_deployment_is_retried_with_backoff() -> Result<()> {
         later["metadata"]["resourceVersion"], settled["metadata"]["resourceVersion"],
         "the ReplicaSet was rewritten while nothing changed: {later}"
     );
-    // The controllers record through kube-runtime, in `events.k8s.io/v1` (a repeat is a
-    // series with a count).
+    // The controllers record core/v1 Events, as upstream's (what `kubectl get events` and
+    // `kubectl describe` show): one per distinct failure, its count raised on each retry.
     let events: serde_json::Value = serde_json::from_str(&e2e::kc_ok(
         &k,
         &cfg,
-        &["get", "events.v1.events.k8s.io", "-o", "json"],
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=FailedCreate",
+            "-o",
+            "json",
+        ],
     )?)?;
     let attempts: u64 = events["items"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|e| e["reason"] == "FailedCreate")
-        .map(|e| {
-            e["series"]["count"]
-                .as_u64()
-                .or_else(|| e["deprecatedCount"].as_u64())
-                .unwrap_or(1)
-        })
+        .map(|e| e["count"].as_u64().unwrap_or(1))
         .sum();
+    let describe = e2e::kc_ok(&k, &cfg, &["describe", "rs", "-l", "app=web"])?;
+    assert!(
+        describe.contains("FailedCreate") && describe.contains("exceeded the quota"),
+        "kubectl describe shows the failure: {describe}"
+    );
     let elapsed = start.elapsed().as_secs();
     assert!(
         (1..=12).contains(&attempts),

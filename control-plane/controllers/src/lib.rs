@@ -36,6 +36,7 @@ pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
+pub mod events;
 pub mod gc;
 pub mod job;
 pub mod kubernetes_service;

@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::EventType;
 use kube::Resource;
 
 /// A shutdown signal that can be cloned into every controller (kube-runtime wants `Sync`).
@@ -49,7 +49,7 @@ pub fn brief(e: &kube::Error) -> String {
 pub struct Context {
     /// The cluster.
     pub client: kube::Client,
-    recorder: Recorder,
+    recorder: Arc<crate::events::EventRecorder>,
     /// Failures in a row and the last message, per object.
     failures: Mutex<HashMap<String, (u32, String)>>,
 }
@@ -57,13 +57,7 @@ pub struct Context {
 impl Context {
     /// A context for the controller called `name` (the Events' reporting controller).
     pub fn new(client: kube::Client, name: &str) -> Arc<Context> {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: name.to_string(),
-                instance: None,
-            },
-        );
+        let recorder = Arc::new(crate::events::EventRecorder::new(client.clone(), name));
         Arc::new(Context {
             client,
             recorder,
@@ -124,16 +118,14 @@ impl Context {
     ) {
         let recorder = self.recorder.clone();
         let reference = obj.object_ref(&());
-        let event = Event {
-            type_,
-            reason: reason.to_string(),
-            note: Some(note.chars().take(1000).collect()),
-            action: reason.to_string(),
-            secondary: None,
+        let type_ = match type_ {
+            EventType::Normal => "Normal",
+            EventType::Warning => "Warning",
         };
+        let (reason, note) = (reason.to_string(), note.to_string());
         tokio::spawn(async move {
-            if let Err(e) = recorder.publish(&event, &reference).await {
-                tracing::debug!(error = %e, "failed to publish event");
+            if let Err(e) = recorder.record(&reference, type_, &reason, &note).await {
+                tracing::debug!(error = %e, "failed to record an event");
             }
         });
     }

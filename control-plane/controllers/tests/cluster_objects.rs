@@ -9,11 +9,11 @@ use anyhow::{bail, Result};
 use e2e::Fabrik;
 use k8s_openapi::api::apps::v1::{DaemonSet, StatefulSet};
 use k8s_openapi::api::batch::v1::CronJob;
+use k8s_openapi::api::core::v1::Event;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Endpoints, Node, PersistentVolumeClaim, Pod, ResourceQuota, Service,
 };
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
