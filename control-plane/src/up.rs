@@ -69,6 +69,12 @@ pub struct UpArgs {
     /// from, as the pod would (to query the tenant DNS, say).
     #[arg(long, value_name = "A.B", default_value = "10.244", value_parser = crate::nodes::parse_pod_network)]
     pod_network: [u8; 2],
+    /// Addresses the simulated host gives `type: LoadBalancer` Services (an IPv4 CIDR; its
+    /// usable hosts, lowest first). Nothing answers on them: they let charts that wait for a
+    /// load balancer's address finish. The default is in the benchmarking range (RFC 2544),
+    /// never routed.
+    #[arg(long, value_name = "CIDR", default_value = "198.18.0.0/24")]
+    load_balancer_pool: fabrik_controllers::loadbalancer::Pool,
     /// The tenants' cluster DNS.
     #[command(flatten)]
     dns: crate::dns::DnsArgs,
@@ -207,6 +213,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     host_settings.auth.service_account_issuer = bound.url();
     let host_ca_pem = host_ca.cert_pem().to_string();
     host_settings.root_ca_pem = Some(host_ca_pem.clone());
+    host_settings.load_balancer_pool = Some(args.load_balancer_pool);
     // Tenants are checked as they are written, with the rules the manager runs them by.
     let tenant_validation: std::sync::Arc<dyn fabrik_apiserver::admission::Admission> =
         std::sync::Arc::new(crate::tenants::admission::TenantValidation);

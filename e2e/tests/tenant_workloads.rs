@@ -192,3 +192,65 @@ fn a_job_in_a_tenant_completes() -> Result<()> {
     assert_eq!(pods["items"][0]["status"]["phase"], "Succeeded", "{pods}");
     Ok(())
 }
+
+/// `type: LoadBalancer` Services get an address on `fabrik up` (its simulated pool,
+/// 198.18.0.0/24 by default): on the host, and in a tenant through its host copy — so charts
+/// that wait for a load balancer (ingress controllers) finish.
+#[test]
+fn load_balancer_services_get_an_address() -> Result<()> {
+    let f = Fabrik::start()?;
+    let k = kubectls().pop().expect("kubectl 1.35");
+    let address = |cfg: &std::path::Path, ns: &str, name: &str| -> Result<String> {
+        let start = std::time::Instant::now();
+        loop {
+            let svc = json(&kc_ok(
+                &k,
+                cfg,
+                &["get", "svc", name, "-n", ns, "-o", "json"],
+            )?)?;
+            if let Some(ip) = svc["status"]["loadBalancer"]["ingress"][0]["ip"].as_str() {
+                return Ok(ip.to_string());
+            }
+            if start.elapsed() > std::time::Duration::from_secs(30) {
+                bail!("no load balancer address: {}", svc["status"]);
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let host = f.kubeconfig();
+    kc_ok(
+        &k,
+        &host,
+        &["create", "service", "loadbalancer", "edge", "--tcp=80:8080"],
+    )?;
+    let host_ip = address(&host, "default", "edge")?;
+    assert_eq!(host_ip, "198.18.0.1");
+
+    let cfg = f.data_dir().join("lb.kubeconfig");
+    let out = f.fabrik_cli(&[
+        "tenant",
+        "create",
+        "lb",
+        "--load-balancers",
+        "1",
+        "--node-ports",
+        "1",
+        "--wait",
+        "--kubeconfig-out",
+        &cfg.display().to_string(),
+    ])?;
+    if !out.status.success() {
+        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    kc_ok(
+        &k,
+        &cfg,
+        &["create", "service", "loadbalancer", "web", "--tcp=80:8080"],
+    )?;
+    let tenant_ip = address(&cfg, "default", "web")?;
+    assert!(
+        tenant_ip.starts_with("198.18.0.") && tenant_ip != host_ip,
+        "{tenant_ip}"
+    );
+    Ok(())
+}

@@ -183,6 +183,7 @@ impl Cluster {
             None => fabrik_controllers::Config::for_server_address(&server.settings.server_address),
         };
         controllers.root_ca_pem = server.settings.root_ca_pem.clone();
+        controllers.load_balancer_pool = server.settings.load_balancer_pool;
         tasks.push(tokio::spawn(fabrik_controllers::run_with(
             client,
             controllers,

@@ -127,6 +127,9 @@ pub struct Settings {
     /// and port, and its endpoint. None: the Service (10.96.0.1:443) points at the listener in
     /// `server_address`, where that is an IP address.
     pub pod_api_address: Option<std::net::SocketAddr>,
+    /// Addresses the cluster's own controllers give `type: LoadBalancer` Services (none: no
+    /// load balancer is simulated; a real host has its own).
+    pub load_balancer_pool: Option<fabrik_controllers::loadbalancer::Pool>,
 }
 
 impl Default for Settings {
@@ -141,6 +144,7 @@ impl Default for Settings {
             root_ca_pem: None,
             service_ips: None,
             pod_api_address: None,
+            load_balancer_pool: None,
         }
     }
 }

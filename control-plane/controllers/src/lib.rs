@@ -40,6 +40,7 @@ pub mod events;
 pub mod gc;
 pub mod job;
 pub mod kubernetes_service;
+pub mod loadbalancer;
 pub mod replicaset;
 pub mod resourcequota;
 pub mod revision;
@@ -61,6 +62,9 @@ pub struct Config {
     /// The CA bundle that verifies the API server's serving certificate, published as
     /// `kube-root-ca.crt` in every namespace; without it no ConfigMap is published.
     pub root_ca_pem: Option<String>,
+    /// Addresses for `type: LoadBalancer` Services, for a cluster with no load balancer of its
+    /// own (`fabrik up`'s host); without it none are assigned.
+    pub load_balancer_pool: Option<loadbalancer::Pool>,
 }
 
 impl Config {
@@ -76,6 +80,7 @@ impl Config {
                 SocketAddr::new(ip, addr.port()),
             )),
             root_ca_pem: None,
+            load_balancer_pool: None,
         }
     }
 
@@ -85,6 +90,7 @@ impl Config {
         Config {
             api_service: Some(kubernetes_service::ApiService::at(addr)),
             root_ca_pem: None,
+            load_balancer_pool: None,
         }
     }
 }
@@ -128,6 +134,14 @@ pub async fn run_with(
             }
         }
     };
+    let load_balancers = {
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move {
+            if let Some(pool) = config.load_balancer_pool {
+                loadbalancer::run(client, pool, shutdown).await;
+            }
+        }
+    };
     futures::join!(
         gc::run(client.clone(), shutdown.clone()),
         replicaset::run(client.clone(), shutdown.clone()),
@@ -140,6 +154,7 @@ pub async fn run_with(
         endpoints::run(client.clone(), shutdown.clone()),
         api_service,
         root_ca,
+        load_balancers,
         serviceaccount::run(client, shutdown),
     );
 }
