@@ -127,8 +127,9 @@ fn apply_to_status_and_deployments() {
         !out.status.success() && err.contains(".spec.replicas"),
         "scale then apply should conflict on replicas: {err}"
     );
-    // Apply to /status with its own manager.
-    let status = write(&f, "s.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: lb\nspec:\n  type: LoadBalancer\n  ports: [{port: 80}]\n").expect("write");
+    // Apply to /status with its own manager: an external load balancer's (its class keeps
+    // `fabrik up`'s simulated one away).
+    let status = write(&f, "s.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: lb\nspec:\n  type: LoadBalancer\n  loadBalancerClass: example.com/lb\n  ports: [{port: 80}]\n").expect("write");
     f.kubectl_ok(&k, &["apply", "--server-side", "-f", &status])
         .expect("service");
     let st = write(&f, "st.yaml", "apiVersion: v1\nkind: Service\nmetadata:\n  name: lb\nstatus:\n  loadBalancer:\n    ingress: [{ip: 192.0.2.10}]\n").expect("write");
