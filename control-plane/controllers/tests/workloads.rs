@@ -773,3 +773,88 @@ async fn deleting_a_deployment_collects_everything() -> Result<()> {
     .await?;
     Ok(())
 }
+
+/// The garbage collector finds kinds served after it started: a CRD created now, a custom
+/// object owned by a ConfigMap (collected with it) and a ConfigMap owned by a custom object
+/// (collected with that).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kinds_created_after_the_collector_started_are_collected() -> Result<()> {
+    use kube::api::DynamicObject;
+    use kube::discovery::ApiResource;
+    let c = cluster().await?;
+    let crds = ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    let crd: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "gadgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+            "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+            "versions": [{"name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object",
+                    "x-kubernetes-preserve-unknown-fields": true}}}]}
+    }))?;
+    Api::<DynamicObject>::all_with(c.client.clone(), &crds)
+        .create(&PostParams::default(), &crd)
+        .await?;
+    let gadgets_ar = ApiResource {
+        group: "example.com".into(),
+        version: "v1".into(),
+        api_version: "example.com/v1".into(),
+        kind: "Gadget".into(),
+        plural: "gadgets".into(),
+    };
+    let gadgets: Api<DynamicObject> = Api::default_namespaced_with(c.client.clone(), &gadgets_ar);
+    let cms: Api<ConfigMap> = Api::default_namespaced(c.client.clone());
+    // A gadget owned by a ConfigMap.
+    let owner = cms
+        .create(
+            &PostParams::default(),
+            &configmap("owner", None, false, false),
+        )
+        .await?;
+    let owned: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "owned", "ownerReferences": [{"apiVersion": "v1",
+            "kind": "ConfigMap", "name": "owner", "uid": owner.uid()}]},
+        "spec": {}
+    }))?;
+    wait_for("the gadget kind served", 20, || async {
+        Ok(gadgets.create(&PostParams::default(), &owned).await.ok())
+    })
+    .await?;
+    // A ConfigMap owned by a gadget.
+    let parent: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.com/v1", "kind": "Gadget",
+        "metadata": {"name": "parent"}, "spec": {}
+    }))?;
+    let parent = gadgets.create(&PostParams::default(), &parent).await?;
+    let mut child = configmap("child", None, false, false);
+    child.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "example.com/v1".into(),
+            kind: "Gadget".into(),
+            name: "parent".into(),
+            uid: parent.uid().unwrap_or_default(),
+            controller: None,
+            block_owner_deletion: None,
+        },
+    ]);
+    cms.create(&PostParams::default(), &child).await?;
+
+    cms.delete("owner", &DeleteParams::default()).await?;
+    wait_for("the gadget collected with its ConfigMap", 30, || async {
+        Ok(gadgets.get_opt("owned").await?.is_none().then_some(()))
+    })
+    .await?;
+    gadgets.delete("parent", &DeleteParams::default()).await?;
+    wait_for("the ConfigMap collected with its gadget", 30, || async {
+        Ok(cms.get_opt("child").await?.is_none().then_some(()))
+    })
+    .await?;
+    Ok(())
+}

@@ -9,10 +9,11 @@
 //!   dependent, then the finalizer.
 //!
 //! The collector keeps a [`graph::Graph`] from metadata-only watches over every resource found
-//! by discovery at start (list + watch + delete verbs; Events excluded). Changes enqueue the
-//! uids that need a look; a worker pool processes them, a failed item is retried with backoff
-//! and never hot-loops. Idle, it does nothing. Resources added after start (CRDs) are not
-//! watched until the collector restarts.
+//! by discovery (list + watch + delete verbs; Events excluded). Changes enqueue the uids that
+//! need a look; a worker pool processes them, a failed item is retried with backoff and never
+//! hot-loops. Idle, it does nothing. Resources served later (a CRD created or given a new
+//! version after the collector started) are found by discovering again whenever a
+//! CustomResourceDefinition changes, and watched from then on.
 
 pub mod graph;
 
@@ -74,26 +75,31 @@ pub async fn run(client: kube::Client, shutdown_signal: impl Future<Output = ()>
     );
 }
 
+/// The resources served now that the collector watches.
+async fn discover_once(client: &kube::Client) -> Result<Vec<(ApiResource, ApiCapabilities)>> {
+    let d = Discovery::new(client.clone())
+        .run()
+        .await
+        .map_err(Error::Discovery)?;
+    Ok(d.groups()
+        .flat_map(|g| g.recommended_resources())
+        .filter(|(ar, caps)| {
+            caps.supports_operation(verbs::LIST)
+                && caps.supports_operation(verbs::WATCH)
+                && caps.supports_operation(verbs::DELETE)
+                && ar.plural != "events"
+        })
+        .collect())
+}
+
 /// Discovers the resources to watch, retrying with backoff.
 async fn discover(client: &kube::Client) -> Vec<(ApiResource, ApiCapabilities)> {
     let mut failures = 0;
     loop {
-        match Discovery::new(client.clone()).run().await {
-            Ok(d) => {
-                return d
-                    .groups()
-                    .flat_map(|g| g.recommended_resources())
-                    .filter(|(ar, caps)| {
-                        caps.supports_operation(verbs::LIST)
-                            && caps.supports_operation(verbs::WATCH)
-                            && caps.supports_operation(verbs::DELETE)
-                            && ar.plural != "events"
-                    })
-                    .collect();
-            }
-            Err(e) => {
+        match discover_once(client).await {
+            Ok(found) => return found,
+            Err(err) => {
                 failures += 1;
-                let err = Error::Discovery(e);
                 tracing::warn!(error = %err, "garbage collector waits for discovery");
                 tokio::time::sleep(backoff_delay(failures)).await;
             }
@@ -101,11 +107,35 @@ async fn discover(client: &kube::Client) -> Vec<(ApiResource, ApiCapabilities)> 
     }
 }
 
+/// The resources watched, append-only (an index names one for good).
+#[derive(Default)]
+struct Resources {
+    list: Vec<(ApiResource, ApiCapabilities)>,
+    /// (group, kind) → index in `list`.
+    by_kind: HashMap<(String, String), usize>,
+}
+
+impl Resources {
+    /// Adds those of `found` not watched yet; returns them with their indexes.
+    fn add(&mut self, found: Vec<(ApiResource, ApiCapabilities)>) -> Vec<(usize, ApiResource)> {
+        let mut added = Vec::new();
+        for (ar, caps) in found {
+            let key = (ar.group.clone(), ar.kind.clone());
+            if self.by_kind.contains_key(&key) {
+                continue;
+            }
+            let i = self.list.len();
+            self.by_kind.insert(key, i);
+            added.push((i, ar.clone()));
+            self.list.push((ar, caps));
+        }
+        added
+    }
+}
+
 struct Collector {
     client: kube::Client,
-    resources: Vec<(ApiResource, ApiCapabilities)>,
-    /// (group, kind) → index in `resources`.
-    by_kind: HashMap<(String, String), usize>,
+    resources: std::sync::RwLock<Resources>,
     graph: Mutex<Graph>,
 }
 
@@ -134,25 +164,45 @@ fn group_of(api_version: &str) -> &str {
 
 impl Collector {
     fn new(client: kube::Client, resources: Vec<(ApiResource, ApiCapabilities)>) -> Collector {
-        let by_kind = resources
-            .iter()
-            .enumerate()
-            .map(|(i, (ar, _))| ((ar.group.clone(), ar.kind.clone()), i))
-            .collect();
+        let mut watched = Resources::default();
+        watched.add(resources);
         Collector {
             client,
-            resources,
-            by_kind,
+            resources: std::sync::RwLock::new(watched),
             graph: Mutex::new(Graph::default()),
         }
     }
 
+    /// Starts watching what `found` has that is not watched yet; returns it.
+    fn add_resources(
+        &self,
+        found: Vec<(ApiResource, ApiCapabilities)>,
+    ) -> Vec<(usize, ApiResource)> {
+        self.resources
+            .write()
+            .map(|mut r| r.add(found))
+            .unwrap_or_default()
+    }
+
+    fn index_of(&self, group: &str, kind: &str) -> Option<usize> {
+        self.resources
+            .read()
+            .ok()?
+            .by_kind
+            .get(&(group.to_string(), kind.to_string()))
+            .copied()
+    }
+
     fn api(&self, resource: usize, namespace: Option<&str>) -> Option<Api<Meta>> {
-        let (ar, caps) = self.resources.get(resource)?;
-        Some(match (&caps.scope, namespace) {
-            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, ar),
+        let (ar, scope) = {
+            let r = self.resources.read().ok()?;
+            let (ar, caps) = r.list.get(resource)?;
+            (ar.clone(), caps.scope.clone())
+        };
+        Some(match (scope, namespace) {
+            (Scope::Namespaced, Some(ns)) => Api::namespaced_with(self.client.clone(), ns, &ar),
             (Scope::Namespaced, None) => return None,
-            (Scope::Cluster, _) => Api::all_with(self.client.clone(), ar),
+            (Scope::Cluster, _) => Api::all_with(self.client.clone(), &ar),
         })
     }
 
@@ -176,10 +226,8 @@ impl Collector {
         {
             return Ok(state);
         }
-        let key = (group_of(&owner.api_version).to_string(), owner.kind.clone());
-        let idx = *self
-            .by_kind
-            .get(&key)
+        let idx = self
+            .index_of(group_of(&owner.api_version), &owner.kind)
             .ok_or_else(|| Error::UnknownKind(format!("{}/{}", owner.api_version, owner.kind)))?;
         let Some(api) = self.api(idx, dep.namespace.as_deref()) else {
             // A namespaced owner of a cluster-scoped object cannot exist.
@@ -386,31 +434,91 @@ type Shared = Arc<(Arc<Collector>, Queue)>;
 type Meta = PartialObjectMeta<DynamicObject>;
 
 /// Feeds every resource's metadata watch into the graph and the queue.
+/// The metadata events of one watched resource, tagged with its index.
+fn watch_resource(
+    client: &kube::Client,
+    i: usize,
+    ar: &ApiResource,
+) -> BoxStream<'static, (usize, watcher::Event<Meta>)> {
+    let api: Api<Meta> = Api::all_with(client.clone(), ar);
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .filter_map(move |ev| async move {
+            match ev {
+                Ok(ev) => Some((i, ev)),
+                Err(e) => {
+                    tracing::debug!(error = %e, "garbage collector watch error");
+                    None
+                }
+            }
+        })
+        .boxed()
+}
+
 async fn watch_all(state: Shared, stop: Shutdown) {
     let (collector, queue) = (&state.0, &state.1);
-    let streams: Vec<BoxStream<'static, (usize, watcher::Event<Meta>)>> = collector
+    let initial: Vec<(usize, ApiResource)> = collector
         .resources
-        .iter()
-        .enumerate()
-        .map(|(i, (ar, _))| {
-            let api: Api<Meta> = Api::all_with(collector.client.clone(), ar);
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .filter_map(move |ev| async move {
-                    match ev {
-                        Ok(ev) => Some((i, ev)),
-                        Err(e) => {
-                            tracing::debug!(error = %e, "garbage collector watch error");
-                            None
+        .read()
+        .map(|r| {
+            r.list
+                .iter()
+                .enumerate()
+                .map(|(i, (ar, _))| (i, ar.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut events = stream::select_all(
+        initial
+            .iter()
+            .map(|(i, ar)| watch_resource(&collector.client, *i, ar)),
+    );
+    // A CRD created, changed (a version added, established) or deleted may change what is
+    // served: discover again and watch what is new.
+    let crds = ApiResource {
+        group: "apiextensions.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiextensions.k8s.io/v1".into(),
+        kind: "CustomResourceDefinition".into(),
+        plural: "customresourcedefinitions".into(),
+    };
+    let mut crd_changes = watcher(
+        Api::<Meta>::all_with(collector.client.clone(), &crds),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .filter_map(|ev| async move {
+        match ev {
+            Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_) | watcher::Event::InitDone) => {
+                Some(())
+            }
+            _ => None,
+        }
+    })
+    .boxed();
+    let mut relisting: HashMap<usize, HashSet<String>> = HashMap::new();
+    let mut stop = std::pin::pin!(stop);
+    loop {
+        let (i, ev) = tokio::select! {
+            _ = &mut stop => return,
+            Some(()) = crd_changes.next() => {
+                match discover_once(&collector.client).await {
+                    Ok(found) => {
+                        for (i, ar) in collector.add_resources(found) {
+                            tracing::debug!(resource = %ar.plural, group = %ar.group,
+                                "garbage collector watches a resource served since it started");
+                            events.push(watch_resource(&collector.client, i, &ar));
                         }
                     }
-                })
-                .boxed()
-        })
-        .collect();
-    let mut events = stream::select_all(streams).take_until(stop);
-    let mut relisting: HashMap<usize, HashSet<String>> = HashMap::new();
-    while let Some((i, ev)) = events.next().await {
+                    Err(e) => tracing::debug!(error = %e, "garbage collector rediscovery failed"),
+                }
+                continue;
+            }
+            next = events.next() => match next {
+                Some(item) => item,
+                None => return,
+            },
+        };
         let work = match ev {
             watcher::Event::Init => {
                 relisting.insert(i, HashSet::new());
