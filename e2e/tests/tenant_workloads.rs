@@ -126,6 +126,17 @@ fn a_daemonset_runs_a_pod_on_every_node_of_the_tenant_s_pool() -> Result<()> {
             p["spec"]
         );
     }
+    // A DaemonSet whose pods the tenant may not run (a node exporter's host network) is
+    // refused at once, naming the field — not admitted with pods that never come.
+    let hostile = DAEMONSET
+        .replace("\"agent\"", "\"exporter\"")
+        .replace("\"tolerations\"", "\"hostNetwork\": true, \"tolerations\"");
+    let file = dir.path().join("exporter.json");
+    std::fs::write(&file, hostile)?;
+    let out = kc(&k, &cfg, &["apply", "-f", &file.display().to_string()])?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "admitted: {err}");
+    assert!(err.contains("spec.template.spec.hostNetwork"), "{err}");
     Ok(())
 }
 

@@ -29,7 +29,39 @@ pub fn checks(group: &str, plural: &str, policy: &Policy) -> bool {
     matches!(
         (group, plural),
         ("", "pods" | "services" | "endpoints") | ("discovery.k8s.io", "endpointslices")
-    ) || (group == "networking.k8s.io" && plural == "ingresses" && policy.sync_ingresses)
+    ) || template_path(group, plural).is_some()
+        || (group == "networking.k8s.io" && plural == "ingresses" && policy.sync_ingresses)
+}
+
+/// Where a workload kind keeps the pod template its controller creates pods from.
+fn template_path(group: &str, plural: &str) -> Option<&'static [&'static str]> {
+    match (group, plural) {
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets")
+        | ("batch", "jobs")
+        | ("", "replicationcontrollers") => Some(&["spec", "template"]),
+        ("batch", "cronjobs") => Some(&["spec", "jobTemplate", "spec", "template"]),
+        _ => None,
+    }
+}
+
+/// Checks a workload's pod template as its pods will be checked, so that a chart asking for
+/// what the tenant may not have (host networking, `hostPath`, privileged containers) is refused
+/// at `helm install` with the field named — not admitted and left with pods that never come.
+/// An update is checked only when it changes the template (scaling an old workload is not).
+fn check_template(
+    path: &[&str],
+    obj: &Value,
+    old: Option<&Value>,
+    policy: &Policy,
+) -> Result<(), Vec<String>> {
+    let at = |v: &'_ Value| path.iter().fold(v.clone(), |cur, k| cur[*k].clone());
+    let template = at(obj);
+    if template.is_null() || old.is_some_and(|o| at(o) == template) {
+        return Ok(());
+    }
+    let prefix = path.join(".");
+    check_pod(&template, policy)
+        .map_err(|errs| errs.into_iter().map(|e| format!("{prefix}.{e}")).collect())
 }
 
 /// Checks a create (`old` is `None`) or update of an object of resource `(group, plural)` in a
@@ -79,7 +111,10 @@ pub fn check_with_pods(
         ("", "endpoints") => check_endpoints(obj, pod_ips),
         ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj, pod_ips),
         ("networking.k8s.io", "ingresses") => crate::ingresses::check_ingress(obj, policy),
-        _ => Ok(()),
+        _ => match template_path(group, plural) {
+            Some(path) => check_template(path, obj, old, policy),
+            None => Ok(()),
+        },
     }
 }
 
@@ -748,5 +783,65 @@ mod tests {
         assert_eq!(check_pod_update(&old, &new, &pool_policy()), Ok(()));
         set(&mut new, "/spec/nodeName", json!("n2"));
         assert!(check_pod_update(&old, &new, &pool_policy()).is_err());
+    }
+
+    #[test]
+    fn workload_templates_are_checked_as_their_pods_will_be() {
+        let deployment = |pod_spec: Value| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "d", "namespace": "default"},
+                "spec": {"template": {"metadata": {"labels": {"app": "d"}}, "spec": pod_spec}}})
+        };
+        let plain = json!({"containers": [{"name": "c", "image": "busybox"}]});
+        let hostile = json!({"hostNetwork": true,
+            "containers": [{"name": "c", "image": "busybox"}],
+            "volumes": [{"name": "root", "hostPath": {"path": "/"}}]});
+        let policy = Policy::default();
+        assert_eq!(
+            check(
+                "apps",
+                "deployments",
+                &deployment(plain.clone()),
+                None,
+                &policy
+            ),
+            Ok(())
+        );
+        let errs = check(
+            "apps",
+            "deployments",
+            &deployment(hostile.clone()),
+            None,
+            &policy,
+        )
+        .expect_err("host networking and hostPath");
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.template.spec.hostNetwork: Forbidden")),
+            "{errs:?}"
+        );
+        assert!(
+            errs.iter()
+                .any(|e| e.starts_with("spec.template.spec.volumes[0].hostPath: Forbidden")),
+            "{errs:?}"
+        );
+        // A CronJob's template is deeper.
+        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "c"},
+            "spec": {"schedule": "* * * * *", "jobTemplate": {"spec": {"template": {"spec": hostile}}}}});
+        let errs = check("batch", "cronjobs", &cron, None, &policy).expect_err("cron");
+        assert!(
+            errs[0].starts_with("spec.jobTemplate.spec.template.spec."),
+            "{errs:?}"
+        );
+        // Scaling a stored workload leaves its template alone: not checked again.
+        let stored =
+            deployment(json!({"hostNetwork": true, "containers": [{"name": "c", "image": "x"}]}));
+        let mut scaled = stored.clone();
+        scaled["spec"]["replicas"] = json!(3);
+        assert_eq!(
+            check("apps", "deployments", &scaled, Some(&stored), &policy),
+            Ok(())
+        );
+        assert!(checks("apps", "daemonsets", &policy) && checks("batch", "jobs", &policy));
     }
 }
