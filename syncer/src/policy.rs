@@ -30,8 +30,8 @@ pub struct Policy {
     /// Node selector of the tenant's node pool, put on every host pod (wins over the tenant's
     /// own keys).
     pub node_selector: BTreeMap<String, String>,
-    /// Tolerations of the tenant's node pool, put on every host pod; the only tolerations a
-    /// tenant pod may carry.
+    /// Tolerations of the tenant's node pool, put on every host pod (a tenant pod's own stay
+    /// in the tenant).
     pub tolerations: Vec<Toleration>,
     /// RuntimeClass every host pod runs with (replaces the tenant's).
     pub runtime_class: Option<String>,
@@ -105,14 +105,6 @@ impl Policy {
         selected && tolerated
     }
 
-    /// Whether a toleration (as JSON) is one of the pool's tolerations.
-    pub fn allows_toleration(&self, toleration: &serde_json::Value) -> bool {
-        let Ok(t) = serde_json::from_value::<Toleration>(toleration.clone()) else {
-            return false;
-        };
-        self.tolerations.iter().any(|p| same_toleration(p, &t))
-    }
-
     /// Whether an `ExternalName` Service may point at `name` (compared without case and
     /// without a trailing dot; `*.example.com` matches names under `example.com`, not
     /// `example.com` itself).
@@ -144,16 +136,6 @@ impl Policy {
 /// A DNS name compared as DNS does: lower case, without the root's trailing dot.
 pub fn normal_dns_name(name: &str) -> String {
     name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
-}
-
-/// Tolerations compare by what they tolerate; `operator` defaults to `Equal`.
-fn same_toleration(a: &Toleration, b: &Toleration) -> bool {
-    let op = |t: &Toleration| t.operator.clone().unwrap_or_else(|| "Equal".into());
-    a.key == b.key
-        && op(a) == op(b)
-        && a.value.clone().unwrap_or_default() == b.value.clone().unwrap_or_default()
-        && a.effect == b.effect
-        && (a.toleration_seconds == b.toleration_seconds || b.toleration_seconds.is_none())
 }
 
 #[cfg(test)]
