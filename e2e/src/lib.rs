@@ -233,6 +233,25 @@ impl Fabrik {
             .output()?)
     }
 
+    /// `fabrik tenant create NAME EXTRA… --wait --kubeconfig-out DIR/NAME.kubeconfig`: the
+    /// tenant, Ready, and the path of its admin kubeconfig (an error with the CLI's stderr
+    /// otherwise).
+    pub fn create_tenant(&self, name: &str, extra: &[&str]) -> Result<PathBuf> {
+        let cfg = self.data_dir().join(format!("{name}.kubeconfig"));
+        let cfg_text = cfg.display().to_string();
+        let mut args = vec!["tenant", "create", name];
+        args.extend_from_slice(extra);
+        args.extend(["--wait", "--kubeconfig-out", &cfg_text]);
+        let out = self.fabrik_cli(&args)?;
+        if !out.status.success() {
+            bail!(
+                "fabrik tenant create {name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(cfg)
+    }
+
     /// Stops and starts again on the same data directory (a new port).
     pub fn restart(&mut self) -> Result<()> {
         let status = self.stop()?;

@@ -268,21 +268,7 @@ fn json_of(out: &str) -> Result<serde_json::Value> {
 fn a_pod_the_host_refuses_is_told_in_the_tenant_and_retried_with_backoff() -> Result<()> {
     let f = Fabrik::start_with_env(&[], &[("FABRIK_LOG", "info,syncer=debug")])?;
     let k = e2e::kubectls().pop().expect("kubectl");
-    let cfg = f.data_dir().join("m2.kubeconfig");
-    let cfg_s = cfg.display().to_string();
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        "m2",
-        "--memory",
-        "100Mi",
-        "--wait",
-        "--kubeconfig-out",
-        &cfg_s,
-    ])?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let cfg = f.create_tenant("m2", &["--memory", "100Mi"])?;
     // Refused at once: the host's default request (128Mi) does not fit 100Mi.
     let out = e2e::kc(&k, &cfg, &["run", "nolimits", "--image=busybox"])?;
     let err = String::from_utf8_lossy(&out.stderr);

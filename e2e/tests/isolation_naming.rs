@@ -34,24 +34,7 @@ fn apply(k: &Kubectl, kubeconfig: &Path, dir: &Path, yaml: &str) -> Result<Strin
 }
 
 fn create_tenant(f: &Fabrik, name: &str) -> Result<PathBuf> {
-    let out_path = f.data_dir().join(format!("{name}.kubeconfig"));
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        name,
-        "--pods",
-        "20",
-        "--wait",
-        "--kubeconfig-out",
-        &out_path.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!(
-            "fabrik tenant create {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(out_path)
+    f.create_tenant(name, &["--pods", "20"])
 }
 
 /// A host object's JSON, or None when it does not exist.

@@ -39,22 +39,7 @@ fn service(name: &str, spec: Value) -> Value {
 }
 
 fn tenant(f: &Fabrik, name: &str, extra: &[&str]) -> Result<std::path::PathBuf> {
-    let cfg = f.data_dir().join(format!("{name}.kubeconfig"));
-    let cfg_text = cfg.display().to_string();
-    let mut args = vec![
-        "tenant",
-        "create",
-        name,
-        "--wait",
-        "--kubeconfig-out",
-        &cfg_text,
-    ];
-    args.extend_from_slice(extra);
-    let out = f.fabrik_cli(&args)?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(cfg)
+    f.create_tenant(name, extra)
 }
 
 /// The host's objects of `kind` in the tenant's host namespace.

@@ -136,20 +136,7 @@ fn tenant_quota_is_enforced_at_the_tenant_admission() -> Result<()> {
 fn an_over_quota_deployment_is_retried_with_backoff() -> Result<()> {
     let f = Fabrik::start()?;
     let k = kubectls().pop().expect("kubectl 1.35");
-    let cfg = f.data_dir().join("spin.kubeconfig");
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        "spin",
-        "--pods",
-        "1",
-        "--wait",
-        "--kubeconfig-out",
-        &cfg.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let cfg = f.create_tenant("spin", &["--pods", "1"])?;
     let ok = kc(
         &k,
         &cfg,

@@ -21,18 +21,7 @@ fn json(text: &str) -> Result<serde_json::Value> {
 fn a_daemonset_runs_a_pod_on_every_node_of_the_tenant_s_pool() -> Result<()> {
     let f = Fabrik::start_with(&["--nodes", "3"])?;
     let k = kubectls().pop().expect("kubectl 1.35");
-    let cfg = f.data_dir().join("ds.kubeconfig");
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        "ds",
-        "--wait",
-        "--kubeconfig-out",
-        &cfg.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let cfg = f.create_tenant("ds", &[])?;
     // The tenant sees its pool's nodes before any of its pods runs.
     let host_nodes = json(&kc_ok(
         &k,
@@ -147,18 +136,7 @@ fn a_daemonset_runs_a_pod_on_every_node_of_the_tenant_s_pool() -> Result<()> {
 fn a_job_in_a_tenant_completes() -> Result<()> {
     let f = Fabrik::start()?;
     let k = kubectls().pop().expect("kubectl 1.35");
-    let cfg = f.data_dir().join("jobs.kubeconfig");
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        "jobs",
-        "--wait",
-        "--kubeconfig-out",
-        &cfg.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let cfg = f.create_tenant("jobs", &[])?;
     let out = kc(
         &k,
         &cfg,
@@ -237,22 +215,7 @@ fn load_balancer_services_get_an_address() -> Result<()> {
     let host_ip = address(&host, "default", "edge")?;
     assert_eq!(host_ip, "198.18.0.1");
 
-    let cfg = f.data_dir().join("lb.kubeconfig");
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        "lb",
-        "--load-balancers",
-        "1",
-        "--node-ports",
-        "1",
-        "--wait",
-        "--kubeconfig-out",
-        &cfg.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!("tenant create: {}", String::from_utf8_lossy(&out.stderr));
-    }
+    let cfg = f.create_tenant("lb", &["--load-balancers", "1", "--node-ports", "1"])?;
     kc_ok(
         &k,
         &cfg,

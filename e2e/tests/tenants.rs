@@ -24,26 +24,7 @@ fn poll(what: &str, secs: u64, mut check: impl FnMut() -> Result<bool>) -> Resul
 }
 
 fn create_tenant(f: &Fabrik, name: &str) -> Result<PathBuf> {
-    let out_path = f.data_dir().join(format!("{name}.kubeconfig"));
-    let out = f.fabrik_cli(&[
-        "tenant",
-        "create",
-        name,
-        "--gpus",
-        "4",
-        "--pods",
-        "20",
-        "--wait",
-        "--kubeconfig-out",
-        &out_path.display().to_string(),
-    ])?;
-    if !out.status.success() {
-        bail!(
-            "fabrik tenant create {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(out_path)
+    f.create_tenant(name, &["--gpus", "4", "--pods", "20"])
 }
 
 const APP: &str = r#"apiVersion: v1
