@@ -761,22 +761,18 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         if mounts_config_map(&tpod, ROOT_CA_CONFIG_MAP) {
             simple(ctx, Kind::ConfigMap, ns, ROOT_CA_CONFIG_MAP).await?;
         }
-        return match ctx.host_create(Kind::Pod, &want).await {
-            Err(Error::Host {
-                source: kube::Error::Api(status),
-                ..
-            }) if is_refusal(status.code) => {
-                refused_by_host(ctx, &tpod, ns, name, &status).await;
-                // Retried with backoff: the host's quota or policy may change.
-                Err(Error::Host {
-                    verb: "create",
-                    kind: Kind::Pod,
-                    name: hname,
-                    source: kube::Error::Api(status),
-                })
+        let created = ctx.host_create(Kind::Pod, &want).await;
+        if let Err(Error::Host {
+            source: kube::Error::Api(status),
+            ..
+        }) = &created
+        {
+            if is_refusal(status.code) {
+                refused_by_host(ctx, &tpod, ns, name, status).await;
             }
-            other => other,
-        };
+        }
+        // A refusal is retried with backoff too: the host's quota or policy may change.
+        return created;
     };
     // Up: binding, then status.
     let node = h["spec"]["nodeName"].as_str().unwrap_or("");
