@@ -10,10 +10,8 @@ use fabrik_api::validation::{validate_name, validate_spec, SpecError};
 use fabrik_apiserver::admission::{Admission, Operation, Request, Verdict};
 use fabrik_apiserver::ApiError;
 use fabrik_machinery::validation::FieldError;
+use kube::Resource;
 use serde_json::Value;
-
-/// The Tenant's API group.
-const GROUP: &str = "fabrik.dev";
 
 /// The plugin.
 pub struct TenantValidation;
@@ -21,7 +19,7 @@ pub struct TenantValidation;
 fn refuse(name: &str, problems: Vec<SpecError>) -> ApiError {
     ApiError::Invalid {
         kind: "Tenant".into(),
-        group: GROUP.into(),
+        group: Tenant::group(&()).into_owned(),
         name: name.into(),
         causes: problems
             .into_iter()
@@ -42,7 +40,10 @@ impl Admission for TenantValidation {
         obj: &Value,
         old: Option<&Value>,
     ) -> Result<Verdict, ApiError> {
-        if req.def.group != GROUP || req.def.plural != "tenants" || req.subresource.is_some() {
+        if req.def.group != Tenant::group(&())
+            || req.def.plural != Tenant::plural(&())
+            || req.subresource.is_some()
+        {
             return Ok(Verdict::ok());
         }
         // An update that leaves the spec alone (a finalizer removed, a label added) is not held
