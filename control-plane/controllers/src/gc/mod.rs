@@ -498,52 +498,87 @@ async fn watch_all(state: Shared, stop: Shutdown) {
     .boxed();
     let mut relisting: HashMap<usize, HashSet<String>> = HashMap::new();
     let mut stop = std::pin::pin!(stop);
+    // A failed discovery is tried again with backoff (and logged when its error changes), so a
+    // CRD created while discovery failed is not left unwatched until the next CRD change.
+    let mut failures: u32 = 0;
+    let mut last_error = String::new();
+    let retry = tokio::time::sleep(Duration::MAX);
+    let mut retry = std::pin::pin!(retry);
+    let mut retrying = false;
     loop {
-        let (i, ev) = tokio::select! {
+        let rediscover = tokio::select! {
             _ = &mut stop => return,
-            Some(()) = crd_changes.next() => {
-                match discover_once(&collector.client).await {
-                    Ok(found) => {
-                        for (i, ar) in collector.add_resources(found) {
-                            tracing::debug!(resource = %ar.plural, group = %ar.group,
-                                "garbage collector watches a resource served since it started");
-                            events.push(watch_resource(&collector.client, i, &ar));
-                        }
-                    }
-                    Err(e) => tracing::debug!(error = %e, "garbage collector rediscovery failed"),
-                }
-                continue;
-            }
+            Some(()) = crd_changes.next() => true,
+            _ = &mut retry, if retrying => true,
             next = events.next() => match next {
-                Some(item) => item,
+                Some(item) => {
+                    handle_event(collector, queue, &mut relisting, item);
+                    false
+                }
                 None => return,
             },
         };
-        let work = match ev {
-            watcher::Event::Init => {
-                relisting.insert(i, HashSet::new());
-                vec![]
-            }
-            watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
-                let Some(node) = node_of(i, &o) else { continue };
-                if let Some(seen) = relisting.get_mut(&i) {
-                    seen.insert(node.uid.clone());
+        if !rediscover {
+            continue;
+        }
+        retrying = false;
+        match discover_once(&collector.client).await {
+            Ok(found) => {
+                failures = 0;
+                last_error.clear();
+                for (i, ar) in collector.add_resources(found) {
+                    tracing::debug!(resource = %ar.plural, group = %ar.group,
+                        "garbage collector watches a resource served since it started");
+                    events.push(watch_resource(&collector.client, i, &ar));
                 }
-                collector.with_graph(|g| g.upsert(node)).unwrap_or_default()
             }
-            watcher::Event::InitDone => {
-                let seen = relisting.remove(&i).unwrap_or_default();
-                collector
-                    .with_graph(|g| g.retain_resource(i, &seen))
-                    .unwrap_or_default()
+            Err(e) => {
+                failures = failures.saturating_add(1);
+                let delay = backoff_delay(failures);
+                let message = e.to_string();
+                if message != last_error {
+                    tracing::warn!(error = %message, retry_in = ?delay,
+                        "garbage collector cannot discover resources; retrying");
+                    last_error = message;
+                }
+                retry.as_mut().reset(tokio::time::Instant::now() + delay);
+                retrying = true;
             }
-            watcher::Event::Delete(o) => match o.metadata.uid.as_deref() {
-                Some(uid) => collector.with_graph(|g| g.remove(uid)).unwrap_or_default(),
-                None => vec![],
-            },
-        };
-        queue.add(work);
+        }
     }
+}
+
+/// Applies one watch event of resource `i` to the graph and queues what needs a look.
+fn handle_event(
+    collector: &Collector,
+    queue: &Queue,
+    relisting: &mut HashMap<usize, HashSet<String>>,
+    (i, ev): (usize, watcher::Event<Meta>),
+) {
+    let work = match ev {
+        watcher::Event::Init => {
+            relisting.insert(i, HashSet::new());
+            vec![]
+        }
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) => {
+            let Some(node) = node_of(i, &o) else { return };
+            if let Some(seen) = relisting.get_mut(&i) {
+                seen.insert(node.uid.clone());
+            }
+            collector.with_graph(|g| g.upsert(node)).unwrap_or_default()
+        }
+        watcher::Event::InitDone => {
+            let seen = relisting.remove(&i).unwrap_or_default();
+            collector
+                .with_graph(|g| g.retain_resource(i, &seen))
+                .unwrap_or_default()
+        }
+        watcher::Event::Delete(o) => match o.metadata.uid.as_deref() {
+            Some(uid) => collector.with_graph(|g| g.remove(uid)).unwrap_or_default(),
+            None => vec![],
+        },
+    };
+    queue.add(work);
 }
 
 /// Processes queued uids with a bounded pool; failures are retried after a backoff.
