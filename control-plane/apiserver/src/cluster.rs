@@ -138,6 +138,12 @@ impl Cluster {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
+        registry.add_admission(Arc::new(crate::webhook::Webhooks::new(
+            crate::webhook::Caller::new(
+                settings.webhooks.targets.clone(),
+                settings.webhooks.backends.clone(),
+            ),
+        )));
         for plugin in admission {
             registry.add_admission(plugin);
         }

@@ -147,6 +147,19 @@ pub enum ApiError {
     /// 500: something failed inside the server.
     #[error("internal error: {0}")]
     Internal(String),
+    /// A refusal with the code, reason and details another component chose (an admission
+    /// webhook's `status`): passed to the client as it was given.
+    #[error("{message}")]
+    Denied {
+        /// The HTTP code (at least 400).
+        code: u16,
+        /// The `StatusReason` (may be empty).
+        reason: String,
+        /// The message.
+        message: String,
+        /// `details`, if given.
+        details: Option<Value>,
+    },
 }
 
 fn render_causes(causes: &[FieldError]) -> String {
@@ -181,6 +194,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => 429,
             ApiError::Timeout(_) => 504,
             ApiError::Internal(_) => 500,
+            ApiError::Denied { code, .. } => *code,
         }
     }
 
@@ -194,7 +208,7 @@ impl ApiError {
     }
 
     /// The upstream `StatusReason`.
-    pub fn reason(&self) -> &'static str {
+    pub fn reason(&self) -> &str {
         match self {
             ApiError::NotFound { .. } | ApiError::NoRoute => "NotFound",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
@@ -213,6 +227,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => "TooManyRequests",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Denied { reason, .. } => reason,
         }
     }
 
@@ -268,6 +283,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => {
                 Some(json!({"retryAfterSeconds": self.retry_after().unwrap_or(1)}))
             }
+            ApiError::Denied { details, .. } => details.clone(),
             _ => None,
         };
         if let (Some(details), Some(obj)) = (details, status.as_object_mut()) {

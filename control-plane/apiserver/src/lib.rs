@@ -39,6 +39,7 @@ pub mod server;
 pub mod service_ips;
 pub mod strategy;
 pub mod table;
+pub mod webhook;
 
 pub use cluster::{bind, url_of, Bound, Cluster, ClusterBuilder, Listener, StartError};
 pub use error::{ApiError, GroupResource};

@@ -130,6 +130,8 @@ pub struct Settings {
     /// Addresses the cluster's own controllers give `type: LoadBalancer` Services (none: no
     /// load balancer is simulated; a real host has its own).
     pub load_balancer_pool: Option<fabrik_controllers::loadbalancer::Pool>,
+    /// How the cluster's admission webhooks are called.
+    pub webhooks: crate::webhook::WebhookSettings,
 }
 
 impl Default for Settings {
@@ -145,6 +147,7 @@ impl Default for Settings {
             service_ips: None,
             pod_api_address: None,
             load_balancer_pool: None,
+            webhooks: Default::default(),
         }
     }
 }

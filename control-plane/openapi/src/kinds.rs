@@ -321,6 +321,14 @@ static KINDS: &[BuiltinKind] = &[
         categories: API_EXTENSIONS,
         ..crud::<admissionregistration::v1::ValidatingAdmissionPolicyBinding>()
     },
+    BuiltinKind {
+        categories: API_EXTENSIONS,
+        ..crud::<admissionregistration::v1::ValidatingWebhookConfiguration>()
+    },
+    BuiltinKind {
+        categories: API_EXTENSIONS,
+        ..crud::<admissionregistration::v1::MutatingWebhookConfiguration>()
+    },
 ];
 
 /// Every built-in kind Fabrik serves.

@@ -545,7 +545,8 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
             return Ok(fabrik_apiserver::admission::Verdict::ok());
         }
         let old = match req.op {
-            fabrik_apiserver::admission::Operation::Update => old,
+            fabrik_apiserver::admission::Operation::Update
+            | fabrik_apiserver::admission::Operation::Delete => old,
             fabrik_apiserver::admission::Operation::Create => None,
         };
         let mut checked = syncer::admission::check(group, plural, obj, old, &policy);

@@ -112,6 +112,10 @@ impl Admission for ClusterQuota {
         "ClusterQuota"
     }
 
+    fn order(&self) -> super::Order {
+        super::Order::Quota
+    }
+
     async fn validate(
         &self,
         req: &Request<'_>,

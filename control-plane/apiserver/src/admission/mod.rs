@@ -6,9 +6,15 @@
 //! concurrent creates never over-admit).
 //!
 //! Plugins, one module each, in upstream's order: [`namespace_lifecycle`], [`service_account`],
-//! [`limit_ranger`], [`resource_quota`] (validating), [`pod_security`], [`policy`]
-//! (ValidatingAdmissionPolicy with CEL), and RBAC's escalation check
-//! ([`crate::rbac::escalation`]). The tenant manager adds the syncer's pod policy.
+//! [`limit_ranger`], [`pod_security`], [`policy`] (ValidatingAdmissionPolicy with CEL), the
+//! admission webhooks ([`crate::webhook`]), [`resource_quota`] last, and RBAC's escalation
+//! check ([`crate::rbac::escalation`]). The tenant manager adds the syncer's pod policy and the
+//! tenant quota. Where a plugin goes is its [`Order`]: built-in plugins first (in the order
+//! added), then the webhooks, then the quotas — so webhooks see what the built-in plugins
+//! mutated, and quotas count only what everything else admitted, never holding their guard
+//! while a webhook is called.
+//!
+//! Deletes are admitted too ([`Chain::validate_delete`]), by the plugins that look at them.
 
 pub mod cluster_quota;
 pub mod limit_ranger;
@@ -17,6 +23,7 @@ pub mod pod_security;
 pub mod policy;
 
 pub mod resource_quota;
+pub mod rules;
 pub mod service_account;
 
 use std::any::Any;
@@ -36,6 +43,8 @@ pub enum Operation {
     Create,
     /// An update (PUT, PATCH, apply, subresource writes that change the object).
     Update,
+    /// A delete (only [`Admission::validate_delete`] sees it).
+    Delete,
 }
 
 impl Operation {
@@ -44,6 +53,7 @@ impl Operation {
         match self {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
+            Operation::Delete => "DELETE",
         }
     }
 }
@@ -64,6 +74,9 @@ pub struct Request<'a> {
     pub dry_run: bool,
     /// The registry, for plugins that read other objects.
     pub registry: &'a Registry,
+    /// `Warning` headers plugins add in their mutating phase (the validating phase returns
+    /// its own in its [`Verdict`]).
+    pub warnings: std::sync::Mutex<Vec<String>>,
 }
 
 impl Request<'_> {
@@ -71,6 +84,31 @@ impl Request<'_> {
     pub fn is_core(&self, plural: &str) -> bool {
         self.def.group.is_empty() && self.def.plural == plural
     }
+
+    /// Adds a `Warning` for the client.
+    pub fn warn(&self, text: String) {
+        if let Ok(mut w) = self.warnings.lock() {
+            w.push(text);
+        }
+    }
+
+    fn take_warnings(&self) -> Vec<String> {
+        self.warnings
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default()
+    }
+}
+
+/// Where a plugin runs in the chain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Order {
+    /// The built-in plugins, in the order they are added.
+    Builtin,
+    /// The admission webhooks: after every built-in plugin's mutation.
+    Webhooks,
+    /// Quotas: last, counting only what every other plugin admitted.
+    Quota,
 }
 
 /// A validating plugin's answer.
@@ -103,6 +141,11 @@ pub trait Admission: Send + Sync {
     /// The plugin's name (upstream's where there is one).
     fn name(&self) -> &'static str;
 
+    /// Where the plugin runs.
+    fn order(&self) -> Order {
+        Order::Builtin
+    }
+
     /// Mutating phase: may change `obj`.
     async fn mutate(
         &self,
@@ -120,6 +163,11 @@ pub trait Admission: Send + Sync {
         obj: &Value,
         old: Option<&Value>,
     ) -> Result<Verdict, ApiError>;
+
+    /// Admits the delete of `old` (the stored object); most plugins admit every delete.
+    async fn validate_delete(&self, _req: &Request<'_>, _old: &Value) -> Result<Verdict, ApiError> {
+        Ok(Verdict::ok())
+    }
 }
 
 /// The plugins of a cluster, in order.
@@ -141,11 +189,17 @@ impl Chain {
         chain
     }
 
-    /// Adds a plugin at the end.
+    /// Adds a plugin after every plugin of its [`Order`] and the orders before.
     pub fn push(&self, plugin: Arc<dyn Admission>) {
         if let Ok(mut p) = self.plugins.write() {
-            p.push(plugin);
+            let at = p.partition_point(|q| q.order() <= plugin.order());
+            p.insert(at, plugin);
         }
+    }
+
+    /// The plugins' names, in order.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.snapshot().iter().map(|p| p.name()).collect()
     }
 
     fn snapshot(&self) -> Vec<Arc<dyn Admission>> {
@@ -172,9 +226,29 @@ impl Chain {
         obj: &Value,
         old: Option<&Value>,
     ) -> Result<Admitted, ApiError> {
-        let mut out = Admitted::default();
+        let mut out = Admitted {
+            warnings: req.take_warnings(),
+            ..Admitted::default()
+        };
         for p in self.snapshot() {
             let v = p.validate(req, obj, old).await?;
+            out.warnings.extend(v.warnings);
+            if let Some(h) = v.hold {
+                out._holds.push(h);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Admits the delete of `old` by every plugin.
+    pub async fn validate_delete(
+        &self,
+        req: &Request<'_>,
+        old: &Value,
+    ) -> Result<Admitted, ApiError> {
+        let mut out = Admitted::default();
+        for p in self.snapshot() {
+            let v = p.validate_delete(req, old).await?;
             out.warnings.extend(v.warnings);
             if let Some(h) = v.hold {
                 out._holds.push(h);

@@ -10,9 +10,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
-use fabrik_machinery::labels::Selector;
 use serde_json::{json, Map, Value};
 
+use super::rules::{self, selector_matches, strings, RuleTarget};
 use super::{Admission, Operation, Request, Verdict};
 use crate::cel_limits::{self, Budget};
 use crate::error::ApiError;
@@ -25,56 +25,10 @@ pub struct ValidatingAdmissionPolicy;
 
 const GROUP: &str = "admissionregistration.k8s.io";
 
-fn strings(v: &Value) -> Vec<&str> {
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect()
-}
-
-fn has(list: &[&str], v: &str) -> bool {
-    list.iter().any(|x| *x == "*" || *x == v)
-}
-
 /// Whether one `resourceRules` / `excludeResourceRules` entry matches the request.
 fn rule_matches(rule: &Value, req: &Request<'_>, name: &str) -> bool {
-    let def = req.def;
-    let resource = match req.subresource {
-        Some(s) => format!("{}/{s}", def.plural),
-        None => def.plural.clone(),
-    };
-    let resources = strings(&rule["resources"]);
-    let resource_ok = resources.iter().any(|r| {
-        *r == "*"
-            || *r == resource
-            || (req.subresource.is_none() && r.strip_suffix("/*") == Some(def.plural.as_str()))
-            || req
-                .subresource
-                .is_some_and(|s| *r == format!("*/{s}").as_str())
-    });
     let names = strings(&rule["resourceNames"]);
-    let scope_ok = match rule["scope"].as_str() {
-        Some("Cluster") => !def.namespaced,
-        Some("Namespaced") => def.namespaced,
-        _ => true,
-    };
-    has(&strings(&rule["apiGroups"]), &def.group)
-        && has(&strings(&rule["apiVersions"]), &def.version)
-        && has(&strings(&rule["operations"]), req.op.as_str())
-        && resource_ok
-        && scope_ok
-        && (names.is_empty() || names.contains(&name))
-}
-
-fn selector_matches(sel: &Value, labels: Option<&Map<String, Value>>) -> bool {
-    if sel.is_null() {
-        return true;
-    }
-    match Selector::from_label_selector(sel) {
-        Ok(s) => s.matches(labels),
-        Err(_) => false,
-    }
+    rules::rule_matches(rule, &RuleTarget::of(req)) && (names.is_empty() || names.contains(&name))
 }
 
 /// Whether a `matchResources` block (policy's or binding's) selects the request.
@@ -114,7 +68,11 @@ fn resources_match(
 
 /// Evaluates one CEL expression within the binding's cost `budget`; errors (including panics
 /// of the evaluator, and the cost limits) are messages.
-fn eval(expression: &str, vars: &[(&str, &Value)], budget: &Budget) -> Result<cel::Value, String> {
+pub(crate) fn eval(
+    expression: &str,
+    vars: &[(&str, &Value)],
+    budget: &Budget,
+) -> Result<cel::Value, String> {
     catch_unwind(AssertUnwindSafe(|| {
         let program =
             cel::Program::compile(expression).map_err(|e| format!("compilation failed: {e}"))?;
@@ -174,7 +132,7 @@ fn check_policy_cost(obj: &Value) -> Result<(), ApiError> {
     })
 }
 
-fn cel_to_json(v: &cel::Value) -> Value {
+pub(crate) fn cel_to_json(v: &cel::Value) -> Value {
     match v {
         cel::Value::Null => Value::Null,
         cel::Value::Bool(b) => json!(b),

@@ -124,6 +124,10 @@ impl Admission for ResourceQuota {
         "ResourceQuota"
     }
 
+    fn order(&self) -> super::Order {
+        super::Order::Quota
+    }
+
     async fn validate(
         &self,
         req: &Request<'_>,

@@ -80,6 +80,7 @@ impl ApiServer {
             resource_version: body["preconditions"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string),
+            user: None,
         })
     }
 

@@ -316,7 +316,8 @@ impl ApiServer {
                 Ok(Reply::encoded(StatusCode::OK, &scale, output))
             }
             (Verb::Delete, None) => {
-                let opts = self.delete_options(req, query).await?;
+                let mut opts = self.delete_options(req, query).await?;
+                opts.user = Some(Arc::new(user.clone()));
                 let (obj, gone) = reg.delete(&def, ns, &name, &opts).await?;
                 let status = if gone {
                     StatusCode::OK
@@ -326,7 +327,8 @@ impl ApiServer {
                 Ok(self.render_object(&def, status, obj, output, query))
             }
             (Verb::DeleteCollection, None) => {
-                let opts = self.delete_options(req, query).await?;
+                let mut opts = self.delete_options(req, query).await?;
+                opts.user = Some(Arc::new(user.clone()));
                 let items = reg
                     .delete_collection(&def, ns, &query.list_params()?, &opts)
                     .await?;

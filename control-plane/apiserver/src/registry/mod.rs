@@ -99,6 +99,8 @@ pub struct DeleteOptions {
     pub uid: Option<String>,
     /// `preconditions.resourceVersion`.
     pub resource_version: Option<String>,
+    /// Who deletes (None: the server itself), for admission.
+    pub user: Option<Arc<crate::auth::UserInfo>>,
 }
 
 /// `propagationPolicy` of a delete.
@@ -318,6 +320,7 @@ impl Registry {
             user: opts.user.as_deref(),
             dry_run: opts.dry_run,
             registry: self,
+            warnings: Default::default(),
         }
     }
 
@@ -1032,6 +1035,19 @@ impl Registry {
                         ),
                     });
                 }
+            }
+            if attempt == 0 {
+                let areq = AdmissionRequest {
+                    def,
+                    op: AdmissionOp::Delete,
+                    subresource: None,
+                    namespace: ns.filter(|_| def.namespaced),
+                    user: opts.user.as_deref(),
+                    dry_run: opts.dry_run,
+                    registry: self,
+                    warnings: Default::default(),
+                };
+                self.admission.validate_delete(&areq, &old).await?;
             }
             let is_namespace = def.group.is_empty() && def.plural == "namespaces";
             let graceful = def.strategy.graceful_delete(&old, opts.grace_period);

@@ -291,6 +291,7 @@ impl Registry {
             resource_version: opts["preconditions"]["resourceVersion"]
                 .as_str()
                 .map(str::to_string),
+            user: None,
         };
         self.delete(def, ns, name, &delete).await.map(|_| ())
     }

@@ -52,6 +52,24 @@ const STRATEGIES: &[(&str, &str, NewStrategy)] = &[
     ("apiextensions.k8s.io", "CustomResourceDefinition", || {
         Arc::new(crate::crd::CrdStrategy)
     }),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        || {
+            Arc::new(crate::webhook::config::WebhookConfigStrategy(
+                crate::webhook::config::HookKind::Validating,
+            ))
+        },
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+        || {
+            Arc::new(crate::webhook::config::WebhookConfigStrategy(
+                crate::webhook::config::HookKind::Mutating,
+            ))
+        },
+    ),
 ];
 
 /// The catalog entry of one built-in kind; `generic` is the shared generic strategy.

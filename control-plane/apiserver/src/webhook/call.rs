@@ -1,0 +1,267 @@
+//! Calling a webhook: resolve its `clientConfig` (a `service` through the cluster's
+//! [`Backends`], a `url` under its [`Targets`]), POST the review over TLS verified with the
+//! configuration's `caBundle`, and read the answer — with the webhook's timeout, no redirects,
+//! no proxy, no credentials of the cluster, a bounded answer size, and a bounded number of
+//! calls in flight per cluster (one tenant's slow webhooks wait for its own slots only).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::Semaphore;
+
+use super::backends::{Backend, Backends};
+use super::targets::Targets;
+use crate::registry::Registry;
+
+/// Calls one cluster may have in flight at once.
+pub const CALLS_IN_FLIGHT: usize = 32;
+
+/// The largest answer read from a webhook.
+pub const MAX_ANSWER_BYTES: usize = 3 * 1024 * 1024;
+
+/// Clients kept (one per CA bundle and pinned address; each keeps its connections).
+const MAX_CLIENTS: usize = 256;
+
+/// What a call returned.
+#[derive(Debug)]
+pub enum Answer {
+    /// The webhook's JSON answer.
+    Json(Value),
+    /// The Service runs on simulated nodes: no process answered.
+    Simulated,
+}
+
+/// Why a call failed (the message names the URL where there is one).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct CallError(pub String);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct ClientKey {
+    ca: Vec<u8>,
+    pin: Option<(String, SocketAddr)>,
+}
+
+/// The caller of one cluster's webhooks.
+pub struct Caller {
+    targets: Arc<Targets>,
+    backends: Arc<dyn Backends>,
+    clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
+    slots: Arc<Semaphore>,
+}
+
+/// A resolver that refuses DNS answers the cluster's [`Targets`] forbid, so the address
+/// connected to is the address checked.
+struct CheckedResolver(Arc<Targets>);
+
+impl reqwest::dns::Resolve for CheckedResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let targets = self.0.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let found: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let mut allowed = Vec::new();
+            let mut refusal = None;
+            for addr in found {
+                match targets.check_ip(addr.ip()) {
+                    Ok(()) => allowed.push(addr),
+                    Err(e) => refusal = Some(e),
+                }
+            }
+            if allowed.is_empty() {
+                let why = refusal.unwrap_or_else(|| "no addresses".into());
+                return Err(format!("{host} resolves to no allowed address: {why}").into());
+            }
+            let addrs: reqwest::dns::Addrs = Box::new(allowed.into_iter());
+            Ok(addrs)
+        })
+    }
+}
+
+impl Caller {
+    /// A caller under `targets`, resolving Services with `backends`.
+    pub fn new(targets: Arc<Targets>, backends: Arc<dyn Backends>) -> Caller {
+        Caller {
+            targets,
+            backends,
+            clients: Mutex::default(),
+            slots: Arc::new(Semaphore::new(CALLS_IN_FLIGHT)),
+        }
+    }
+
+    /// The address rules.
+    pub fn targets(&self) -> &Arc<Targets> {
+        &self.targets
+    }
+
+    fn client(&self, key: ClientKey) -> Result<reqwest::Client, CallError> {
+        if let Ok(clients) = self.clients.lock() {
+            if let Some(c) = clients.get(&key) {
+                return Ok(c.clone());
+            }
+        }
+        let mut b = reqwest::Client::builder()
+            .use_rustls_tls()
+            .redirect(reqwest::redirect::Policy::none())
+            .no_proxy()
+            .tls_built_in_root_certs(key.ca.is_empty())
+            .dns_resolver(Arc::new(CheckedResolver(self.targets.clone())));
+        if !key.ca.is_empty() {
+            let certs = reqwest::Certificate::from_pem_bundle(&key.ca)
+                .map_err(|e| CallError(format!("caBundle is not a PEM bundle: {e}")))?;
+            if certs.is_empty() {
+                return Err(CallError("caBundle holds no certificate".into()));
+            }
+            for cert in certs {
+                b = b.add_root_certificate(cert);
+            }
+        }
+        if let Some((host, addr)) = &key.pin {
+            b = b.resolve(host, *addr);
+        }
+        let client = b
+            .build()
+            .map_err(|e| CallError(format!("failed to build the webhook client: {e}")))?;
+        if let Ok(mut clients) = self.clients.lock() {
+            if clients.len() >= MAX_CLIENTS {
+                clients.clear();
+            }
+            clients.insert(key, client.clone());
+        }
+        Ok(client)
+    }
+
+    /// Where `client_config` points: the URL to POST to and the client pinned for it, or
+    /// [`Answer::Simulated`] when nothing listens.
+    async fn resolve(
+        &self,
+        registry: &Registry,
+        cc: &Value,
+        timeout: Duration,
+    ) -> Result<Result<(reqwest::Url, reqwest::Client), Answer>, CallError> {
+        let ca = match cc["caBundle"].as_str() {
+            Some(b64) if !b64.is_empty() => {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD
+                    .decode(b64)
+                    .map_err(|e| CallError(format!("caBundle is not base64: {e}")))?
+            }
+            _ => Vec::new(),
+        };
+        let query = format!("timeout={}s", timeout.as_secs().max(1));
+        if let Some(url) = cc["url"].as_str() {
+            let mut url = super::config::check_url(url).map_err(CallError)?;
+            self.targets.check_url(&url).map_err(CallError)?;
+            url.set_query(Some(&query));
+            let client = self.client(ClientKey { ca, pin: None })?;
+            return Ok(Ok((url, client)));
+        }
+        let svc = &cc["service"];
+        let (ns, name) = (
+            svc["namespace"].as_str().unwrap_or(""),
+            svc["name"].as_str().unwrap_or(""),
+        );
+        let port = svc["port"]
+            .as_u64()
+            .and_then(|p| u16::try_from(p).ok())
+            .unwrap_or(443);
+        let def = registry
+            .resource("", "v1", "services")
+            .ok_or_else(|| CallError("this cluster serves no Services".into()))?;
+        let service = registry.get(&def, Some(ns), name).await.map_err(|_| {
+            CallError(format!(
+                "service \"{name}\" not found in namespace \"{ns}\""
+            ))
+        })?;
+        let addr = match self
+            .backends
+            .locate(&service, port)
+            .await
+            .map_err(CallError)?
+        {
+            Backend::Simulated => return Ok(Err(Answer::Simulated)),
+            Backend::Address(a) => a,
+        };
+        // The certificate names the Service (`name.namespace.svc`), wherever it is served.
+        let host = format!("{name}.{ns}.svc");
+        let path = svc["path"].as_str().unwrap_or("/");
+        let mut url = reqwest::Url::parse(&format!("https://{host}:{}", addr.port()))
+            .map_err(|e| CallError(format!("bad service reference: {e}")))?;
+        url.set_path(path);
+        url.set_query(Some(&query));
+        let client = self.client(ClientKey {
+            ca,
+            pin: Some((host, addr)),
+        })?;
+        Ok(Ok((url, client)))
+    }
+
+    /// POSTs `body` to the webhook of `client_config` and returns its answer.
+    pub async fn post(
+        &self,
+        registry: &Registry,
+        client_config: &Value,
+        body: &Value,
+        timeout: Duration,
+    ) -> Result<Answer, CallError> {
+        let (url, client) = match self.resolve(registry, client_config, timeout).await? {
+            Ok(target) => target,
+            Err(answer) => return Ok(answer),
+        };
+        let shown = url.to_string();
+        let failed = |e: String| CallError(format!("Post \"{shown}\": {e}"));
+        let _slot = tokio::time::timeout(timeout, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| failed("too many webhook calls in flight for this cluster".into()))?
+            .map_err(|_| failed("the cluster is shutting down".into()))?;
+        let call = async {
+            let mut resp = client
+                .post(url.clone())
+                .header("Content-Type", "application/json")
+                .header("Accept", "application/json")
+                .body(serde_json::to_vec(body).map_err(|e| e.to_string())?)
+                .send()
+                .await
+                .map_err(describe)?;
+            let status = resp.status();
+            let mut bytes = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(describe)? {
+                if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                    return Err(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
+                }
+                bytes.extend_from_slice(&chunk);
+            }
+            if !status.is_success() {
+                let text = String::from_utf8_lossy(&bytes);
+                let text: String = text.chars().take(200).collect();
+                return Err(format!("the server answered {status}: {text}"));
+            }
+            serde_json::from_slice::<Value>(&bytes)
+                .map_err(|e| format!("the answer is not JSON: {e}"))
+        };
+        match tokio::time::timeout(timeout, call).await {
+            Ok(Ok(v)) => Ok(Answer::Json(v)),
+            Ok(Err(e)) => Err(failed(e)),
+            Err(_) => Err(failed(format!(
+                "context deadline exceeded (timeout {}s)",
+                timeout.as_secs()
+            ))),
+        }
+    }
+}
+
+/// An error and its causes on one line (reqwest's top level says only "error sending request").
+fn describe(e: reqwest::Error) -> String {
+    let mut out = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
