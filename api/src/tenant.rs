@@ -111,6 +111,13 @@ pub struct TenantIsolation {
     /// `*.example.com` allows every name under `example.com`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub external_names: Vec<String>,
+    /// Where the tenant's `url` admission webhooks may call (none by default; `service`
+    /// webhooks call the tenant's own Services and need no entry): DNS names, `*.example.com`
+    /// for every name under `example.com`, IP addresses or CIDRs. Loopback, link-local and
+    /// the control plane's own addresses are never called; private ranges only where an entry
+    /// names them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub webhook_targets: Vec<String>,
 }
 
 /// The tenant's network segment.

@@ -144,6 +144,14 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
                 ));
             }
         }
+        for (i, t) in iso.webhook_targets.iter().enumerate() {
+            if let Err(why) = fabrik_machinery::net::Allowed::parse(t) {
+                errs.push(SpecError::new(
+                    format!("spec.isolation.webhookTargets[{i}]"),
+                    why,
+                ));
+            }
+        }
         for (k, v) in &iso.node_selector {
             let mut why = qualified_name(k);
             why.extend(label_value(v));
@@ -219,6 +227,7 @@ mod tests {
             isolation: Some(TenantIsolation {
                 allow: vec!["hostPath".into()],
                 node_selector: [("pool".to_string(), "a".to_string())].into(),
+                webhook_targets: vec!["hooks.example.com".into(), "10.1.0.0/16".into()],
                 ..Default::default()
             }),
             network: Some(TenantNetwork { segment: Some(42) }),
@@ -244,6 +253,7 @@ mod tests {
             isolation: Some(TenantIsolation {
                 allow: vec!["root".into()],
                 node_selector: [("bad key!".to_string(), "a".to_string())].into(),
+                webhook_targets: vec!["ok.example.com".into(), "10.0.0.0/40".into()],
                 ..Default::default()
             }),
             network: Some(TenantNetwork {
@@ -263,6 +273,7 @@ mod tests {
                 "spec.quota.pods",
                 "spec.quota.gpuSharing",
                 "spec.isolation.allow[0]",
+                "spec.isolation.webhookTargets[1]",
                 "spec.isolation.nodeSelector[bad key!]",
                 "spec.network.segment",
                 "spec.sync.extraKinds[0]",

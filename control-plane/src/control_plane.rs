@@ -162,6 +162,8 @@ pub struct ManagerConfig {
     pub api_address: Option<syncer::ApiAddress>,
     /// The nameserver synced pods are given (the tenant DNS on port 53), if any.
     pub dns_nameserver: Option<String>,
+    /// Local ports that may serve Services' webhooks (`fabrik up --local-backends`).
+    pub local_backends: Option<std::ops::RangeInclusive<u16>>,
 }
 
 /// The running tenant manager.
@@ -192,6 +194,7 @@ impl TenantManager {
             ],
             config.api_address,
             config.dns_nameserver,
+            config.local_backends,
         );
         // The lease loop runs until the manager has stopped its tenants (see `stopped`).
         let sharding = config.shards.map(|shards| {

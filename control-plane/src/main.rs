@@ -14,6 +14,7 @@ mod serve;
 mod shards;
 mod tenants;
 mod up;
+mod webhooks;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

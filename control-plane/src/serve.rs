@@ -520,6 +520,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             usage_namespace: args.usage_namespace.clone(),
             api_address,
             dns_nameserver,
+            local_backends: None,
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;

@@ -75,6 +75,13 @@ pub struct UpArgs {
     /// never routed.
     #[arg(long, value_name = "CIDR", default_value = "198.18.0.0/24")]
     load_balancer_pool: fabrik_controllers::loadbalancer::Pool,
+    /// Ports on this machine that may serve admission webhooks for Services of the host or
+    /// of any tenant (`PORT` or `FIRST-LAST`): a Service annotated
+    /// `sim.fabrik.dev/local-port: "<port>"` is called at `127.0.0.1:<port>` (TLS verified for
+    /// `<name>.<namespace>.svc`), so a real webhook can run next to the simulated nodes.
+    /// Off by default; a real host has no such setting.
+    #[arg(long, value_name = "PORTS", value_parser = fabrik_apiserver::webhook::backends::parse_port_range)]
+    local_backends: Option<std::ops::RangeInclusive<u16>>,
     /// The tenants' cluster DNS.
     #[command(flatten)]
     dns: crate::dns::DnsArgs,
@@ -214,6 +221,12 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let host_ca_pem = host_ca.cert_pem().to_string();
     host_settings.root_ca_pem = Some(host_ca_pem.clone());
     host_settings.load_balancer_pool = Some(args.load_balancer_pool);
+    // The host's own webhooks: its Services, read through its client once it is started.
+    let host_services = Arc::new(crate::webhooks::HostServices::default());
+    host_settings.webhooks.backends = crate::webhooks::with_local(
+        Arc::new(crate::webhooks::OwnServices(host_services.clone())),
+        args.local_backends.as_ref(),
+    );
     // Tenants are checked as they are written, with the rules the manager runs them by.
     let tenant_validation: std::sync::Arc<dyn fabrik_apiserver::admission::Admission> =
         std::sync::Arc::new(crate::tenants::admission::TenantValidation);
@@ -222,6 +235,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
         .start()
         .await
         .context("cannot start the host cluster")?;
+    host_services.set_client(in_process_client(
+        cluster.server.clone(),
+        controller_identity("webhook-backends"),
+    ));
     let router = Router::new(cluster.server.clone());
     let url = bound.url();
     let listen_addr = bound.addr;
@@ -274,6 +291,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
                     port: listen_addr.port(),
                 }),
                 dns_nameserver,
+                local_backends: args.local_backends.clone(),
             },
             cluster.server.shutdown_signal(),
         );

@@ -18,6 +18,7 @@ pub mod oidc;
 pub mod procfs;
 pub mod raw;
 pub mod real_host;
+pub mod webhook;
 
 /// How long a process the tests start (fabrik, etcd, a host control plane) may take to serve.
 /// A hang detector, not a figure: on a loaded 2-core CI machine beside other end-to-end tests a

@@ -15,7 +15,8 @@
 //!   containers' `resources`;
 //! - [`quota`]: what an object counts against a ResourceQuota, and quota scopes;
 //! - [`pod_security`]: the Pod Security Standards' lists that several checks share;
-//! - [`scheduling`]: tolerations against taints, node selector terms against nodes.
+//! - [`scheduling`]: tolerations against taints, node selector terms against nodes;
+//! - [`net`]: address ranges and host patterns of allow-lists.
 //!
 //! What this crate does not do: it performs no I/O, knows no concrete Kubernetes kinds beyond
 //! the pod, Service and claim fields quota counts and the scheduling fields (tolerations, taints,
@@ -27,6 +28,7 @@
 pub mod apply;
 pub mod fields;
 pub mod labels;
+pub mod net;
 pub mod patch;
 pub mod pod_security;
 pub mod quantity;

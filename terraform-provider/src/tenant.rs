@@ -190,6 +190,7 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             allow: string_list(i.get("allow")),
             ingress_classes: string_list(i.get("ingress_classes")),
             external_names: string_list(i.get("external_names")),
+            webhook_targets: string_list(i.get("webhook_targets")),
         }),
         network: object("network").map(|n| TenantNetwork {
             segment: opt_int(n.get("segment")),
@@ -257,6 +258,7 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
                     ("allow", Value::strings(&i.allow)),
                     ("ingress_classes", Value::strings(&i.ingress_classes)),
                     ("external_names", Value::strings(&i.external_names)),
+                    ("webhook_targets", Value::strings(&i.webhook_targets)),
                 ])
             })
             .unwrap_or(Value::Null),
@@ -434,6 +436,7 @@ mod tests {
                 allow: vec!["hostPath".into()],
                 ingress_classes: vec!["public".into()],
                 external_names: vec!["*.example.com".into()],
+                webhook_targets: vec!["hooks.example.com".into()],
             }),
             network: Some(TenantNetwork { segment: Some(7) }),
             sync: None,
@@ -466,6 +469,7 @@ mod tests {
                     ("allow", Value::Null),
                     ("ingress_classes", Value::Null),
                     ("external_names", Value::Null),
+                    ("webhook_targets", Value::Null),
                 ]),
             ),
         ]);

@@ -81,6 +81,15 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// The admission webhooks plugin of a cluster with `settings` (every server of a cluster, owner
+/// or follower, runs it).
+pub fn webhooks_of(settings: &Settings) -> Arc<dyn Admission> {
+    Arc::new(crate::webhook::Webhooks::new(crate::webhook::Caller::new(
+        settings.webhooks.targets.clone(),
+        settings.webhooks.backends.clone(),
+    )))
+}
+
 /// What a cluster is assembled from: its store, CA and settings, and the admission plugins it
 /// runs after the standard chain. Every plugin is in place before the cluster writes or serves
 /// anything and before its controllers start, so that no write ever skips one.
@@ -138,12 +147,7 @@ impl Cluster {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
-        registry.add_admission(Arc::new(crate::webhook::Webhooks::new(
-            crate::webhook::Caller::new(
-                settings.webhooks.targets.clone(),
-                settings.webhooks.backends.clone(),
-            ),
-        )));
+        registry.add_admission(webhooks_of(&settings));
         for plugin in admission {
             registry.add_admission(plugin);
         }

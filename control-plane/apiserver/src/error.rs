@@ -149,17 +149,21 @@ pub enum ApiError {
     Internal(String),
     /// A refusal with the code, reason and details another component chose (an admission
     /// webhook's `status`): passed to the client as it was given.
-    #[error("{message}")]
-    Denied {
-        /// The HTTP code (at least 400).
-        code: u16,
-        /// The `StatusReason` (may be empty).
-        reason: String,
-        /// The message.
-        message: String,
-        /// `details`, if given.
-        details: Option<Value>,
-    },
+    #[error("{}", .0.message)]
+    Denied(Box<Refusal>),
+}
+
+/// The `Status` of a refusal another component chose ([`ApiError::Denied`]).
+#[derive(Debug)]
+pub struct Refusal {
+    /// The HTTP code (at least 400).
+    pub code: u16,
+    /// The `StatusReason` (may be empty).
+    pub reason: String,
+    /// The message.
+    pub message: String,
+    /// `details`, if given.
+    pub details: Option<Value>,
 }
 
 fn render_causes(causes: &[FieldError]) -> String {
@@ -194,7 +198,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => 429,
             ApiError::Timeout(_) => 504,
             ApiError::Internal(_) => 500,
-            ApiError::Denied { code, .. } => *code,
+            ApiError::Denied(r) => r.code,
         }
     }
 
@@ -227,7 +231,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => "TooManyRequests",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",
-            ApiError::Denied { reason, .. } => reason,
+            ApiError::Denied(r) => &r.reason,
         }
     }
 
@@ -283,7 +287,7 @@ impl ApiError {
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => {
                 Some(json!({"retryAfterSeconds": self.retry_after().unwrap_or(1)}))
             }
-            ApiError::Denied { details, .. } => details.clone(),
+            ApiError::Denied(r) => r.details.clone(),
             _ => None,
         };
         if let (Some(details), Some(obj)) = (details, status.as_object_mut()) {

@@ -65,6 +65,7 @@ impl Follower {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
+        registry.add_admission(fabrik_apiserver::cluster::webhooks_of(&settings));
         let mut crds = CrdController::default();
         crds.reconcile_all(&registry)
             .await

@@ -16,6 +16,7 @@ use fabrik_apiserver::admission::limit_ranger::LimitRanger;
 use fabrik_apiserver::admission::resource_quota::ResourceQuota as ResourceQuotaAdmission;
 use fabrik_apiserver::pki::{Ca, PkiError};
 use fabrik_apiserver::router::Router;
+use fabrik_apiserver::webhook::Targets;
 use fabrik_apiserver::{Cluster, Settings};
 use fabrik_store::Store;
 use futures::StreamExt;
@@ -110,6 +111,12 @@ pub struct Runtime {
     pub api_address: Option<syncer::ApiAddress>,
     /// The nameserver synced pods are given (the tenant DNS), if any.
     pub dns_nameserver: Option<String>,
+    /// The host's Services, where tenant webhooks are served.
+    host_services: Arc<crate::webhooks::HostServices>,
+    /// Local ports that may serve tenant Services' webhooks (`fabrik up --local-backends`).
+    pub local_backends: Option<std::ops::RangeInclusive<u16>>,
+    /// Each tenant's webhook address rules (updated as the spec changes).
+    webhook_targets: std::sync::Mutex<HashMap<String, Arc<Targets>>>,
 }
 
 impl Runtime {
@@ -126,6 +133,7 @@ impl Runtime {
         reserved_namespaces: Vec<String>,
         api_address: Option<syncer::ApiAddress>,
         dns_nameserver: Option<String>,
+        local_backends: Option<std::ops::RangeInclusive<u16>>,
     ) -> Arc<Runtime> {
         Arc::new(Runtime {
             router,
@@ -134,6 +142,7 @@ impl Runtime {
             public_url,
             serving_ca_pem,
             data_dir,
+            host_services: Arc::new(crate::webhooks::HostServices::new(host.clone())),
             informers: syncer::HostInformers::new(host),
             running: Mutex::new(HashMap::new()),
             shards: std::sync::OnceLock::new(),
@@ -144,6 +153,8 @@ impl Runtime {
             reserved_namespaces,
             api_address,
             dns_nameserver,
+            local_backends,
+            webhook_targets: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -460,6 +471,48 @@ fn with_host_addresses(settings: &mut fabrik_apiserver::Settings, ctx: &Ctx, ten
         let ip = a.host.parse::<std::net::IpAddr>().ok()?;
         Some(std::net::SocketAddr::new(ip, a.port))
     });
+}
+
+/// How the tenant's admission webhooks are called: its Services at their host copies (or
+/// local processes `--local-backends` allows), `url`s under the Tenant's webhook targets.
+fn with_webhooks(settings: &mut fabrik_apiserver::Settings, rt: &Runtime, tenant: &Tenant) {
+    let backends: Arc<dyn fabrik_apiserver::webhook::Backends> = Arc::new(
+        crate::webhooks::TenantServices::new(&tenant.name_any(), rt.host_services.clone()),
+    );
+    settings.webhooks = fabrik_apiserver::webhook::WebhookSettings {
+        backends: crate::webhooks::with_local(backends, rt.local_backends.as_ref()),
+        targets: webhook_targets(rt, tenant),
+    };
+}
+
+/// The entries of a Tenant's `webhookTargets` (checked by `fabrik_api::validation` before the
+/// tenant is served; an entry that does not parse allows nothing).
+fn allowed_targets(tenant: &Tenant) -> Vec<fabrik_apiserver::webhook::Allowed> {
+    tenant
+        .spec
+        .isolation
+        .iter()
+        .flat_map(|i| &i.webhook_targets)
+        .filter_map(|t| fabrik_apiserver::webhook::Allowed::parse(t).ok())
+        .collect()
+}
+
+/// The tenant's webhook address rules: one per tenant, following the spec.
+fn webhook_targets(rt: &Runtime, tenant: &Tenant) -> Arc<Targets> {
+    let allowed = allowed_targets(tenant);
+    let own: Vec<std::net::IpAddr> = rt
+        .api_address
+        .iter()
+        .filter_map(|a| a.host.parse().ok())
+        .collect();
+    let fresh = || Arc::new(Targets::restricted(allowed.clone()));
+    let targets = match rt.webhook_targets.lock() {
+        Ok(mut all) => all.entry(tenant.name_any()).or_insert_with(fresh).clone(),
+        Err(_) => fresh(),
+    };
+    targets.set_allowed(allowed);
+    targets.set_own(own);
+    targets
 }
 
 /// A tenant's Service IPs come from its host copies (see [`syncer::service_ips`]).
@@ -794,6 +847,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             // issues only its client certificates).
             settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             with_host_addresses(&mut settings, ctx, &name);
+            with_webhooks(&mut settings, &ctx.rt, &tenant);
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
             let plugins = tenant_admission(&ctx.rt, admission.clone(), &tenant);
@@ -855,6 +909,8 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
     {
         q.set_hard(tenant_quota_hard(&tenant));
     }
+    // So do the webhook targets.
+    webhook_targets(&ctx.rt, &tenant);
 
     // The admin kubeconfig: issued once, kept in a Secret (and a file for `fabrik up`).
     let kubeconfig =
@@ -985,6 +1041,9 @@ async fn reconcile_cleanup(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Err
     if let Ok(mut q) = ctx.rt.quotas.lock() {
         q.remove(&name);
     }
+    if let Ok(mut t) = ctx.rt.webhook_targets.lock() {
+        t.remove(&name);
+    }
     ctx.rt.syncers.lock().await.remove(&name);
     let cluster = ctx.rt.running.lock().await.remove(&name);
     if let Some(c) = cluster {
@@ -1112,6 +1171,7 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     let rt = &ctx.rt;
     let mut settings = rt.settings.clone();
     with_host_addresses(&mut settings, ctx, &name);
+    with_webhooks(&mut settings, rt, tenant);
     let followed = shards
         .follow(
             tenant,

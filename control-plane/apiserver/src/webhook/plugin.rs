@@ -212,9 +212,9 @@ impl Webhooks {
             return Ok(None);
         }
         let object_selector = &hook.spec["objectSelector"];
-        if !selector_matches(object_selector, labels(s.obj))
-            && !(s.old.is_some() && selector_matches(object_selector, labels(s.old)))
-        {
+        let selected = selector_matches(object_selector, labels(s.obj))
+            || (s.old.is_some() && selector_matches(object_selector, labels(s.old)));
+        if !selected {
             return Ok(None);
         }
         if self.conditions_hold(hook, s)? {
@@ -619,14 +619,14 @@ fn request_json(s: &Subject<'_>, version: &str, uid: &str) -> Value {
 /// Reads a webhook's AdmissionReview answer.
 fn parse_response(v: &Value, version: &str, uid: &str) -> Result<Response, String> {
     let want = format!("admission.k8s.io/{version}");
-    if version == "v1" {
-        if v["apiVersion"].as_str() != Some(want.as_str()) || v["kind"] != "AdmissionReview" {
-            return Err(format!(
-                "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {}, Kind={}",
-                v["apiVersion"].as_str().unwrap_or(""),
-                v["kind"].as_str().unwrap_or("")
-            ));
-        }
+    if version == "v1"
+        && (v["apiVersion"].as_str() != Some(want.as_str()) || v["kind"] != "AdmissionReview")
+    {
+        return Err(format!(
+            "expected webhook response of admission.k8s.io/v1, Kind=AdmissionReview, got {}, Kind={}",
+            v["apiVersion"].as_str().unwrap_or(""),
+            v["kind"].as_str().unwrap_or("")
+        ));
     }
     let r = &v["response"];
     if !r.is_object() {
@@ -691,12 +691,12 @@ fn denied(webhook: &str, status: Value) -> ApiError {
         None if !reason.is_empty() => format!("{by}: {reason}"),
         None => format!("{by} without explanation"),
     };
-    ApiError::Denied {
+    ApiError::Denied(Box::new(crate::error::Refusal {
         code,
         reason,
         message,
         details: status.get("details").filter(|d| d.is_object()).cloned(),
-    }
+    }))
 }
 
 #[cfg(test)]
