@@ -42,6 +42,8 @@ pub struct Received {
     pub path: String,
     /// The whole AdmissionReview.
     pub review: Value,
+    /// How long the webhook took to answer it (body read to answer built).
+    pub took: Duration,
 }
 
 impl Received {
@@ -109,6 +111,11 @@ impl TestWebhook {
     /// Every review received so far.
     pub fn received(&self) -> Vec<Received> {
         self.received.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    /// How long each answer took the webhook, in the order received.
+    pub fn handling_times(&self) -> Vec<Duration> {
+        self.received().iter().map(|r| r.took).collect()
     }
 
     /// The reviews received at `path`.
@@ -195,14 +202,17 @@ async fn answer(
 ) -> Result<Response<Full<Bytes>>, hyper::Error> {
     let path = req.uri().path().to_string();
     let body = req.into_body().collect().await?.to_bytes();
+    let start = std::time::Instant::now();
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let decided = decide(&path, &review).await;
     if let Ok(mut r) = received.lock() {
         r.push(Received {
             path: path.clone(),
             review: review.clone(),
+            took: start.elapsed(),
         });
     }
-    let reply = match decide(&path, &review).await {
+    let reply = match decided {
         Ok(response) => json!({
             "apiVersion": review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1"),
             "kind": "AdmissionReview",
