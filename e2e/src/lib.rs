@@ -11,9 +11,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 
+pub mod aggregated;
 pub mod dns;
 pub mod etcd;
 pub mod ha;
+pub mod https;
 pub mod oidc;
 pub mod procfs;
 pub mod raw;

@@ -69,37 +69,25 @@ pub struct TestWebhook {
     /// The CA that signed its serving certificate (PEM).
     pub ca_pem: String,
     received: Arc<Mutex<Vec<Received>>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+    _served: crate::https::Served,
 }
 
 impl TestWebhook {
     /// Starts a server whose certificate names `names` (e.g. `hook.default.svc`).
     pub fn start(names: &[&str]) -> Result<TestWebhook> {
-        crate::init_crypto();
-        let (ca_pem, tls) = tls_config(names)?;
+        let pki = crate::https::ServerPki::new(names)?;
+        let tls = Arc::new(std::sync::RwLock::new(pki.config(None)?));
         let listener = TcpListener::bind("127.0.0.1:0")?;
-        listener.set_nonblocking(true)?;
         let port = listener.local_addr()?.port();
         let received = Arc::new(Mutex::new(Vec::new()));
-        let (stop, stopped) = tokio::sync::oneshot::channel();
         let record = received.clone();
-        let thread = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(serve(listener, tls, record, stopped));
-        });
+        let served =
+            crate::https::serve(listener, tls, move |req, _peer| answer(req, record.clone()))?;
         Ok(TestWebhook {
             port,
-            ca_pem,
+            ca_pem: pki.ca_pem,
             received,
-            stop: Some(stop),
-            thread: Some(thread),
+            _served: served,
         })
     }
 
@@ -127,81 +115,17 @@ impl TestWebhook {
     }
 }
 
-impl Drop for TestWebhook {
-    fn drop(&mut self) {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-fn tls_config(names: &[&str]) -> Result<(String, Arc<rustls::ServerConfig>)> {
-    use rcgen::{
-        BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose,
-        IsCa, Issuer, KeyPair, KeyUsagePurpose,
-    };
-    let mut ca = CertificateParams::new(Vec::<String>::new())?;
-    let mut dn = DistinguishedName::new();
-    dn.push(DnType::CommonName, "fabrik e2e webhook CA");
-    ca.distinguished_name = dn;
-    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let ca_key = KeyPair::generate()?;
-    let ca_cert = ca.self_signed(&ca_key)?;
-    let issuer = Issuer::new(ca, ca_key);
-    let mut server =
-        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())?;
-    server.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    let key = KeyPair::generate()?;
-    let cert = server.signed_by(&key, &issuer)?;
-    let key_der = rustls::pki_types::PrivateKeyDer::Pkcs8(
-        rustls::pki_types::PrivatePkcs8KeyDer::from(key.serialize_der()),
-    );
-    let config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(vec![cert.der().clone()], key_der)?;
-    Ok((ca_cert.pem(), Arc::new(config)))
-}
-
-async fn serve(
-    listener: TcpListener,
-    tls: Arc<rustls::ServerConfig>,
-    received: Arc<Mutex<Vec<Received>>>,
-    mut stopped: tokio::sync::oneshot::Receiver<()>,
-) {
-    let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-        return;
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
-    loop {
-        let conn = tokio::select! {
-            _ = &mut stopped => return,
-            c = listener.accept() => c,
-        };
-        let Ok((stream, _)) = conn else { continue };
-        let acceptor = acceptor.clone();
-        let received = received.clone();
-        tokio::spawn(async move {
-            let Ok(tls) = acceptor.accept(stream).await else {
-                return;
-            };
-            let service = hyper::service::service_fn(move |req| answer(req, received.clone()));
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
-                .await;
-        });
-    }
-}
-
 async fn answer(
     req: Request<hyper::body::Incoming>,
     received: Arc<Mutex<Vec<Received>>>,
-) -> Result<Response<Full<Bytes>>, hyper::Error> {
+) -> Response<Full<Bytes>> {
     let path = req.uri().path().to_string();
-    let body = req.into_body().collect().await?.to_bytes();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
     let start = std::time::Instant::now();
     let review: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let decided = decide(&path, &review).await;
@@ -219,16 +143,16 @@ async fn answer(
             "response": response,
         }),
         Err(e) => {
-            return Ok(Response::builder()
+            return Response::builder()
                 .status(404)
                 .body(Full::new(Bytes::from(e.to_string())))
-                .unwrap_or_default())
+                .unwrap_or_default()
         }
     };
-    Ok(Response::builder()
+    Response::builder()
         .header("Content-Type", "application/json")
         .body(Full::new(Bytes::from(reply.to_string())))
-        .unwrap_or_default())
+        .unwrap_or_default()
 }
 
 /// A JSONPatch that sets label `key` to `value` on `object`.

@@ -157,8 +157,16 @@ impl Cluster {
         // from the first request after a restart.
         let mut crds = crate::controllers::crd::CrdController::default();
         crds.reconcile_all(&registry).await?;
+        let client_ca = settings.auth.client_ca_pem.clone().unwrap_or_default();
+        crate::aggregation::authentication::publish(&registry, &client_ca).await?;
         let (stop, stop_rx) = watch::channel(false);
         let server = ApiServer::new(registry.clone(), settings, stop_rx)?;
+        // The front proxy of API aggregation presents a client certificate of this cluster's CA.
+        let proxy = ca.issue_client(crate::aggregation::FRONT_PROXY_NAME, None)?;
+        let identity = format!("{}{}", proxy.cert_pem, proxy.key_pem);
+        if let Err(e) = server.aggregator.set_identity(identity.as_bytes()) {
+            tracing::warn!(error = %e, "API aggregation runs without a front-proxy identity");
+        }
         let mut tasks = Vec::new();
         // Authorization decisions come from the RBAC cache: load it before serving.
         let rbac = server.authorizer().cache().clone();
@@ -179,6 +187,11 @@ impl Cluster {
             let _ = warm.openapi.v2_protobuf(catalog);
         });
         tasks.push(tokio::spawn(crate::controllers::namespace::run(
+            registry.clone(),
+            server.shutdown_signal(),
+        )));
+        tasks.push(tokio::spawn(crate::aggregation::available::run(
+            server.aggregator.clone(),
             registry.clone(),
             server.shutdown_signal(),
         )));

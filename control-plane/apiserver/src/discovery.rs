@@ -222,6 +222,147 @@ pub fn aggregated(catalog: &Catalog, core: bool, version: &str) -> Value {
     })
 }
 
+/// One group version an APIService serves, with its backend's discovery document when known.
+pub struct Aggregated {
+    /// Group.
+    pub group: String,
+    /// Version.
+    pub version: String,
+    /// The backend's `APIResourceList`, when the last check got one.
+    pub resources: Option<Value>,
+}
+
+/// Adds the group versions of APIServices (in priority order) to the `/apis` group list;
+/// a version of a group served here is added to that group.
+pub fn add_aggregated_groups(list: &mut Value, served: &[Aggregated]) {
+    let Some(groups) = list["groups"].as_array_mut() else {
+        return;
+    };
+    for a in served {
+        let gv =
+            json!({"groupVersion": format!("{}/{}", a.group, a.version), "version": a.version});
+        match groups.iter_mut().find(|g| g["name"] == a.group.as_str()) {
+            Some(g) => {
+                if let Some(vs) = g["versions"].as_array_mut() {
+                    if !vs.iter().any(|v| v["version"] == a.version.as_str()) {
+                        vs.push(gv);
+                    }
+                }
+            }
+            None => groups.push(json!({
+                "name": a.group, "versions": [gv.clone()], "preferredVersion": gv,
+            })),
+        }
+    }
+}
+
+/// The `/apis/<group>` document of a group only APIServices serve, None when none does.
+pub fn aggregated_group(name: &str, served: &[Aggregated]) -> Option<Value> {
+    let versions: Vec<String> = served
+        .iter()
+        .filter(|a| a.group == name)
+        .map(|a| a.version.clone())
+        .collect();
+    if versions.is_empty() {
+        return None;
+    }
+    let mut doc = group_json(name, &versions);
+    doc["kind"] = json!("APIGroup");
+    doc["apiVersion"] = json!("v1");
+    Some(doc)
+}
+
+/// One `APIResourceList` entry as an aggregated-discovery resource (its subresources in
+/// `subs`).
+fn from_resource_list(group: &str, version: &str, r: &Value, subs: &[&Value]) -> Value {
+    let kind_of = |e: &Value| {
+        json!({
+            "group": e["group"].as_str().unwrap_or(group),
+            "version": e["version"].as_str().unwrap_or(version),
+            "kind": e["kind"],
+        })
+    };
+    let name = r["name"].as_str().unwrap_or("");
+    let mut out = json!({
+        "resource": name,
+        "responseKind": kind_of(r),
+        "scope": if r["namespaced"].as_bool() == Some(true) { "Namespaced" } else { "Cluster" },
+        "singularResource": r["singularName"],
+        "verbs": r["verbs"],
+    });
+    for f in ["shortNames", "categories"] {
+        if r[f].as_array().is_some_and(|a| !a.is_empty()) {
+            out[f] = r[f].clone();
+        }
+    }
+    let subs: Vec<Value> = subs
+        .iter()
+        .map(|sub| {
+            let n = sub["name"].as_str().unwrap_or("");
+            json!({
+                "subresource": n.split_once('/').map_or(n, |(_, s)| s),
+                "responseKind": kind_of(sub),
+                "verbs": sub["verbs"],
+            })
+        })
+        .collect();
+    if !subs.is_empty() {
+        out["subresources"] = json!(subs);
+    }
+    out
+}
+
+/// Adds the groups APIServices serve to an aggregated discovery document: each version with
+/// the resources its backend last listed (`freshness: Current`), or none (`Stale`) while the
+/// backend is not available.
+pub fn add_aggregated_items(doc: &mut Value, served: &[Aggregated]) {
+    let Some(items) = doc["items"].as_array_mut() else {
+        return;
+    };
+    for a in served {
+        let resources: Vec<Value> = match &a.resources {
+            Some(list) => {
+                let all: Vec<&Value> = list["resources"].as_array().into_iter().flatten().collect();
+                all.iter()
+                    .filter(|r| !r["name"].as_str().unwrap_or("").contains('/'))
+                    .map(|r| {
+                        let prefix = format!("{}/", r["name"].as_str().unwrap_or(""));
+                        let subs: Vec<&Value> = all
+                            .iter()
+                            .filter(|s| s["name"].as_str().is_some_and(|n| n.starts_with(&prefix)))
+                            .copied()
+                            .collect();
+                        from_resource_list(&a.group, &a.version, r, &subs)
+                    })
+                    .collect()
+            }
+            None => Vec::new(),
+        };
+        let freshness = if a.resources.is_some() {
+            "Current"
+        } else {
+            "Stale"
+        };
+        let version = json!({"version": a.version, "resources": resources, "freshness": freshness});
+        match items
+            .iter_mut()
+            .find(|i| i["metadata"]["name"] == a.group.as_str())
+        {
+            Some(item) => {
+                if let Some(vs) = item["versions"].as_array_mut() {
+                    if !vs.iter().any(|v| v["version"] == a.version.as_str()) {
+                        vs.push(version);
+                    }
+                }
+            }
+            None => items.push(json!({
+                "metadata": {"name": a.group, "creationTimestamp": null},
+                "versions": [version],
+            })),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +396,60 @@ mod tests {
         assert_eq!(deploy["categories"][0], "all");
         assert!(group(&c, "resource.k8s.io").is_some());
         assert!(group(&c, "nope").is_none());
+    }
+
+    #[test]
+    fn aggregated_groups_join_the_documents() {
+        let c = Catalog::builtin();
+        let served = vec![
+            Aggregated {
+                group: "metrics.k8s.io".into(),
+                version: "v1beta1".into(),
+                resources: Some(json!({"resources": [
+                    {"name": "pods", "singularName": "", "namespaced": true, "kind": "PodMetrics", "verbs": ["get", "list"]},
+                    {"name": "nodes", "singularName": "", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get", "list"]},
+                    {"name": "nodes/status", "namespaced": false, "kind": "NodeMetrics", "verbs": ["get"]},
+                ]})),
+            },
+            Aggregated {
+                group: "custom.metrics.k8s.io".into(),
+                version: "v1beta2".into(),
+                resources: None,
+            },
+        ];
+        let mut list = group_list(&c);
+        add_aggregated_groups(&mut list, &served);
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g["name"].as_str())
+            .collect();
+        assert!(names.contains(&"metrics.k8s.io") && names.contains(&"custom.metrics.k8s.io"));
+        let mut agg = aggregated(&c, false, "v2");
+        add_aggregated_items(&mut agg, &served);
+        let metrics = agg["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["metadata"]["name"] == "metrics.k8s.io")
+            .expect("metrics group");
+        let v = &metrics["versions"][0];
+        assert_eq!(v["freshness"], "Current");
+        assert_eq!(v["resources"][0]["responseKind"]["kind"], "PodMetrics");
+        assert_eq!(v["resources"][0]["scope"], "Namespaced");
+        assert_eq!(
+            v["resources"][1]["subresources"][0]["subresource"],
+            "status"
+        );
+        let stale = agg["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|i| i["metadata"]["name"] == "custom.metrics.k8s.io")
+            .expect("custom metrics group");
+        assert_eq!(stale["versions"][0]["freshness"], "Stale");
+        assert!(aggregated_group("metrics.k8s.io", &served).is_some());
+        assert!(aggregated_group("apps", &served).is_none());
     }
 }

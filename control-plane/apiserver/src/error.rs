@@ -141,6 +141,9 @@ pub enum ApiError {
         /// When to retry (the `Retry-After` header and `details.retryAfterSeconds`).
         retry_after: u64,
     },
+    /// 503: what serves the request is not available (an aggregated API's backend).
+    #[error("{0}")]
+    Unavailable(String),
     /// 504: the server could not answer in time (e.g. a future resourceVersion).
     #[error("{0}")]
     Timeout(String),
@@ -196,6 +199,7 @@ impl ApiError {
             ApiError::Gone(_) => 410,
             ApiError::RequestEntityTooLarge { .. } | ApiError::ObjectTooLarge { .. } => 413,
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => 429,
+            ApiError::Unavailable(_) => 503,
             ApiError::Timeout(_) => 504,
             ApiError::Internal(_) => 500,
             ApiError::Denied(r) => r.code,
@@ -229,6 +233,7 @@ impl ApiError {
                 "RequestEntityTooLarge"
             }
             ApiError::TooManyRequests(_) | ApiError::Throttled { .. } => "TooManyRequests",
+            ApiError::Unavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
             ApiError::Internal(_) => "InternalError",
             ApiError::Denied(r) => &r.reason,

@@ -12,6 +12,7 @@
 //! tokens, OIDC), authorized ([`rbac`]) and admitted ([`admission`]) before the registry acts.
 
 pub mod admission;
+pub mod aggregation;
 pub mod auth;
 pub mod cel_limits;
 pub mod client;

@@ -176,6 +176,8 @@ pub struct ApiServer {
     pub(crate) routes: std::sync::RwLock<std::collections::HashMap<String, ExtensionRoute>>,
     pub(crate) tenancy: std::sync::RwLock<Option<Tenancy>>,
     pub(crate) watches: Watches,
+    /// API aggregation: APIServices and their backends.
+    pub(crate) aggregator: Arc<crate::aggregation::Aggregator>,
     me: std::sync::Weak<ApiServer>,
     shutdown: watch::Receiver<bool>,
 }
@@ -192,6 +194,9 @@ impl ApiServer {
         registry.add_admission(Arc::new(crate::rbac::escalation::Escalation::new(
             authz.clone(),
         )));
+        let aggregator = Arc::new(crate::aggregation::Aggregator::new(
+            settings.webhooks.clone(),
+        ));
         Ok(Arc::new_cyclic(|me| ApiServer {
             registry,
             metrics: Metrics::default(),
@@ -204,9 +209,15 @@ impl ApiServer {
             routes: std::sync::RwLock::new(std::collections::HashMap::new()),
             tenancy: std::sync::RwLock::new(None),
             watches: Watches::default(),
+            aggregator,
             me: me.clone(),
             shutdown,
         }))
+    }
+
+    /// The cluster's aggregation layer.
+    pub fn aggregator(&self) -> &Arc<crate::aggregation::Aggregator> {
+        &self.aggregator
     }
 
     /// Serves this cluster as tenant `name` behind a shared listener: its network requests

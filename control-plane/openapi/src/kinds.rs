@@ -13,6 +13,7 @@ use k8s_openapi::api::{
     discovery, events, networking, node, policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
 use k8s_openapi::{ClusterResourceScope, ListableResource, NamespaceResourceScope, Resource};
 use schemars::JsonSchema;
 use serde::de::DeserializeOwned;
@@ -328,6 +329,12 @@ static KINDS: &[BuiltinKind] = &[
     BuiltinKind {
         categories: API_EXTENSIONS,
         ..crud::<admissionregistration::v1::MutatingWebhookConfiguration>()
+    },
+    // apiregistration.k8s.io/v1: API aggregation.
+    BuiltinKind {
+        categories: API_EXTENSIONS,
+        subresources: &[Status],
+        ..crud::<apiregistration::APIService>()
     },
 ];
 

@@ -88,8 +88,12 @@ async fn apply(client: &kube::Client, obj: &serde_json::Value) -> Result<()> {
     };
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
     let name = obj["metadata"]["name"].as_str().unwrap_or("");
-    api.patch(name, &PatchParams::apply("bench").force(), &Patch::Apply(obj))
-        .await?;
+    api.patch(
+        name,
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(obj),
+    )
+    .await?;
     Ok(())
 }
 
@@ -98,8 +102,12 @@ async fn local_service(client: &kube::Client, port: u16) -> Result<()> {
         "metadata": {"name": "hook", "annotations": {"sim.fabrik.dev/local-port": port.to_string()}},
         "spec": {"ports": [{"port": 443}]}});
     let api: Api<k8s_openapi::api::core::v1::Service> = Api::namespaced(client.clone(), "default");
-    api.patch("hook", &PatchParams::apply("bench").force(), &Patch::Apply(&svc))
-        .await?;
+    api.patch(
+        "hook",
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(&svc),
+    )
+    .await?;
     Ok(())
 }
 
@@ -197,7 +205,10 @@ async fn main() -> Result<()> {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for i in 0..tenants {
-        let cfg = f.data_dir().join("tenants").join(format!("idle-{i}.kubeconfig"));
+        let cfg = f
+            .data_dir()
+            .join("tenants")
+            .join(format!("idle-{i}.kubeconfig"));
         let c = client_of(&cfg).await?;
         for obj in webhook_configs(&server.ca_bundle()) {
             apply(&c, &obj).await?;

@@ -57,11 +57,17 @@ impl Wakeups {
 
     /// Waits for the next reason to run; false once shutdown has begun.
     pub(crate) async fn wait(&mut self, pending: bool) -> bool {
-        let tick = tokio::time::sleep(if pending {
+        self.wait_at_most(if pending {
             Duration::from_millis(500)
         } else {
             Duration::from_secs(30)
-        });
+        })
+        .await
+    }
+
+    /// Waits for a change, or `longest`; false once shutdown has begun.
+    pub(crate) async fn wait_at_most(&mut self, longest: Duration) -> bool {
+        let tick = tokio::time::sleep(longest);
         let changes = &mut self.changes;
         tokio::select! {
             _ = &mut self.shutdown => false,

@@ -9,7 +9,8 @@
 //!    group, resource, subresource, namespace, name;
 //! 3. [`authorize`]: RBAC on the request's attributes;
 //! 4. [`seats`]: fairness — a tenant's seat in the listener's pool, a lane for heavy requests;
-//! 5. the verbs: [`resource`] (each verb and subresource to its registry call, with [`objects`]
+//! 5. [`aggregated`]: a group and version an APIService serves goes to its backend;
+//! 6. the verbs: [`resource`] (each verb and subresource to its registry call, with [`objects`]
 //!    to decode and encode one object, [`list`] and [`watch`]) or [`non_resource`]
 //!    (discovery, OpenAPI, version, health);
 //!
@@ -56,6 +57,7 @@ pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 pub use crate::auth::UserInfo;
 
+mod aggregated;
 mod authenticate;
 mod authorize;
 mod list;

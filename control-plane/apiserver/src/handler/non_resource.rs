@@ -3,6 +3,23 @@
 use super::*;
 
 impl ApiServer {
+    /// The group versions APIServices serve here (none the cluster serves itself), with their
+    /// backends' last discovery documents.
+    async fn aggregated_groups(&self) -> Vec<discovery::Aggregated> {
+        let local = self.registry.catalog().group_versions();
+        self.aggregator
+            .registrations(&self.registry)
+            .await
+            .into_iter()
+            .filter(|r| !local.iter().any(|(g, v)| *g == r.group && *v == r.version))
+            .map(|r| discovery::Aggregated {
+                resources: self.aggregator.resources(&r.group_version()),
+                group: r.group,
+                version: r.version,
+            })
+            .collect()
+    }
+
     pub(super) async fn non_resource(
         &self,
         req: &Request<RequestBody>,
@@ -35,9 +52,15 @@ impl ApiServer {
             }
             Route::CoreVersions | Route::Groups => {
                 let core = route == Route::CoreVersions;
+                let served = if core {
+                    Vec::new()
+                } else {
+                    self.aggregated_groups().await
+                };
                 match negotiation::output(accept)? {
                     Output::Discovery(v) => {
-                        let doc = discovery::aggregated(catalog, core, v);
+                        let mut doc = discovery::aggregated(catalog, core, v);
+                        discovery::add_aggregated_items(&mut doc, &served);
                         let mut reply = Reply::json(StatusCode::OK, &doc);
                         reply.content_type = if v == "v2" {
                             "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -50,12 +73,19 @@ impl ApiServer {
                         StatusCode::OK,
                         &discovery::core_versions(&self.settings.server_address),
                     )),
-                    _ => Ok(Reply::json(StatusCode::OK, &discovery::group_list(catalog))),
+                    _ => {
+                        let mut list = discovery::group_list(catalog);
+                        discovery::add_aggregated_groups(&mut list, &served);
+                        Ok(Reply::json(StatusCode::OK, &list))
+                    }
                 }
             }
-            Route::Group(g) => discovery::group(catalog, &g)
-                .map(|d| Reply::json(StatusCode::OK, &d))
-                .ok_or(ApiError::NoRoute),
+            Route::Group(g) => match discovery::group(catalog, &g) {
+                Some(d) => Ok(Reply::json(StatusCode::OK, &d)),
+                None => discovery::aggregated_group(&g, &self.aggregated_groups().await)
+                    .map(|d| Reply::json(StatusCode::OK, &d))
+                    .ok_or(ApiError::NoRoute),
+            },
             Route::GroupVersion(g, v) => discovery::resource_list(catalog, &g, &v)
                 .map(|d| Reply::json(StatusCode::OK, &d))
                 .ok_or(ApiError::NoRoute),

@@ -14,6 +14,9 @@ impl ApiServer {
         network: bool,
         seat: &mut Option<crate::fairness::Seat>,
     ) -> Result<Reply> {
+        if let Some(reg) = self.aggregated(&route).await {
+            return self.proxy(req, query, reg, &user).await;
+        }
         match route {
             Route::Resource(r) => self.resource(req, query, r, user, network, seat).await,
             other => self.non_resource(&req, other).await,

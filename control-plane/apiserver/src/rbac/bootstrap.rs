@@ -1,7 +1,7 @@
 //! The default roles and bindings every cluster starts with, named and shaped as upstream's so
 //! that clients and charts that expect them find them: `cluster-admin`, the aggregated
 //! `admin` / `edit` / `view`, and the `system:` basics (discovery, public info, self reviews,
-//! service-account issuer discovery).
+//! service-account issuer discovery, `system:auth-delegator` for aggregated API servers).
 
 use serde_json::{json, Value};
 
@@ -288,6 +288,18 @@ pub fn cluster_roles() -> Vec<Value> {
                 &["/healthz", "/livez", "/readyz", "/version", "/version/"],
                 &["get"],
             )],
+        ),
+        cluster_role(
+            "system:auth-delegator",
+            &[],
+            vec![
+                rule(&["authentication.k8s.io"], &["tokenreviews"], &["create"]),
+                rule(
+                    &["authorization.k8s.io"],
+                    &["subjectaccessreviews"],
+                    &["create"],
+                ),
+            ],
         ),
         cluster_role(
             "system:service-account-issuer-discovery",

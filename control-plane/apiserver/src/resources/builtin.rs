@@ -61,6 +61,9 @@ const STRATEGIES: &[(&str, &str, NewStrategy)] = &[
             ))
         },
     ),
+    ("apiregistration.k8s.io", "APIService", || {
+        Arc::new(crate::aggregation::apiservice::ApiServiceStrategy)
+    }),
     (
         "admissionregistration.k8s.io",
         "MutatingWebhookConfiguration",

@@ -43,14 +43,44 @@ pub struct CallError(pub String);
 struct ClientKey {
     ca: Vec<u8>,
     pin: Option<(String, SocketAddr)>,
+    insecure: bool,
 }
 
-/// The caller of one cluster's webhooks.
+/// Where a Service's calls go: an HTTPS base URL (`https://<name>.<namespace>.svc:<port>`)
+/// with the client pinned to the Service's address, or nowhere (simulated pods).
+pub enum ServiceTarget {
+    /// Call `base` (extend its path) with `client`.
+    Http {
+        /// The Service's URL, path `/`.
+        base: reqwest::Url,
+        /// The client, pinned to the address that serves it.
+        client: reqwest::Client,
+    },
+    /// The Service runs on simulated nodes.
+    Simulated,
+}
+
+/// How to reach one Service.
+pub struct ServiceRef<'a> {
+    /// Its namespace.
+    pub namespace: &'a str,
+    /// Its name.
+    pub name: &'a str,
+    /// The Service port.
+    pub port: u16,
+    /// PEM CAs the server is verified with (empty: system roots).
+    pub ca: Vec<u8>,
+    /// Skip the server's verification (an APIService's `insecureSkipTLSVerify`).
+    pub insecure: bool,
+}
+
+/// The caller of one cluster's webhooks (and of its aggregated APIs, with a client identity).
 pub struct Caller {
     targets: Arc<Targets>,
     backends: Arc<dyn Backends>,
     clients: Mutex<HashMap<ClientKey, reqwest::Client>>,
     slots: Arc<Semaphore>,
+    identity: Option<reqwest::Identity>,
 }
 
 /// A resolver that refuses DNS answers the cluster's [`Targets`] forbid, so the address
@@ -90,7 +120,17 @@ impl Caller {
             backends,
             clients: Mutex::default(),
             slots: Arc::new(Semaphore::new(CALLS_IN_FLIGHT)),
+            identity: None,
         }
+    }
+
+    /// The caller presenting the client certificate and key of `pem` (both in PEM) to every
+    /// server (the front proxy's identity of API aggregation).
+    pub fn with_identity(mut self, pem: &[u8]) -> Result<Caller, CallError> {
+        let identity = reqwest::Identity::from_pem(pem)
+            .map_err(|e| CallError(format!("bad client identity: {e}")))?;
+        self.identity = Some(identity);
+        Ok(self)
     }
 
     /// The address rules.
@@ -109,7 +149,11 @@ impl Caller {
             .redirect(reqwest::redirect::Policy::none())
             .no_proxy()
             .tls_built_in_root_certs(key.ca.is_empty())
+            .danger_accept_invalid_certs(key.insecure)
             .dns_resolver(Arc::new(CheckedResolver(self.targets.clone())));
+        if let Some(id) = &self.identity {
+            b = b.identity(id.clone());
+        }
         if !key.ca.is_empty() {
             let certs = reqwest::Certificate::from_pem_bundle(&key.ca)
                 .map_err(|e| CallError(format!("caBundle is not a PEM bundle: {e}")))?;
@@ -157,18 +201,46 @@ impl Caller {
             let mut url = super::config::check_url(url).map_err(CallError)?;
             self.targets.check_url(&url).map_err(CallError)?;
             url.set_query(Some(&query));
-            let client = self.client(ClientKey { ca, pin: None })?;
+            let client = self.client(ClientKey {
+                ca,
+                pin: None,
+                insecure: false,
+            })?;
             return Ok(Ok((url, client)));
         }
         let svc = &cc["service"];
-        let (ns, name) = (
-            svc["namespace"].as_str().unwrap_or(""),
-            svc["name"].as_str().unwrap_or(""),
-        );
         let port = svc["port"]
             .as_u64()
             .and_then(|p| u16::try_from(p).ok())
             .unwrap_or(443);
+        let target = self
+            .service(
+                registry,
+                &ServiceRef {
+                    namespace: svc["namespace"].as_str().unwrap_or(""),
+                    name: svc["name"].as_str().unwrap_or(""),
+                    port,
+                    ca,
+                    insecure: false,
+                },
+            )
+            .await?;
+        let (mut url, client) = match target {
+            ServiceTarget::Simulated => return Ok(Err(Answer::Simulated)),
+            ServiceTarget::Http { base, client } => (base, client),
+        };
+        url.set_path(svc["path"].as_str().unwrap_or("/"));
+        url.set_query(Some(&query));
+        Ok(Ok((url, client)))
+    }
+
+    /// Where calls to a Service of the cluster go (resolved by the cluster's [`Backends`]).
+    pub async fn service(
+        &self,
+        registry: &Registry,
+        svc: &ServiceRef<'_>,
+    ) -> Result<ServiceTarget, CallError> {
+        let (ns, name) = (svc.namespace, svc.name);
         let def = registry
             .resource("", "v1", "services")
             .ok_or_else(|| CallError("this cluster serves no Services".into()))?;
@@ -179,25 +251,31 @@ impl Caller {
         })?;
         let addr = match self
             .backends
-            .locate(&service, port)
+            .locate(&service, svc.port)
             .await
             .map_err(CallError)?
         {
-            Backend::Simulated => return Ok(Err(Answer::Simulated)),
+            Backend::Simulated => return Ok(ServiceTarget::Simulated),
             Backend::Address(a) => a,
         };
         // The certificate names the Service (`name.namespace.svc`), wherever it is served.
         let host = format!("{name}.{ns}.svc");
-        let path = svc["path"].as_str().unwrap_or("/");
-        let mut url = reqwest::Url::parse(&format!("https://{host}:{}", addr.port()))
+        let base = reqwest::Url::parse(&format!("https://{host}:{}/", addr.port()))
             .map_err(|e| CallError(format!("bad service reference: {e}")))?;
-        url.set_path(path);
-        url.set_query(Some(&query));
         let client = self.client(ClientKey {
-            ca,
+            ca: svc.ca.clone(),
             pin: Some((host, addr)),
+            insecure: svc.insecure,
         })?;
-        Ok(Ok((url, client)))
+        Ok(ServiceTarget::Http { base, client })
+    }
+
+    /// A slot of the cluster's calls in flight, waited for at most `timeout`.
+    pub async fn slot(&self, timeout: Duration) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        tokio::time::timeout(timeout, self.slots.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()
     }
 
     /// POSTs `body` to the webhook of `client_config` and returns its answer.
@@ -214,10 +292,10 @@ impl Caller {
         };
         let shown = url.to_string();
         let failed = |e: String| CallError(format!("Post \"{shown}\": {e}"));
-        let _slot = tokio::time::timeout(timeout, self.slots.clone().acquire_owned())
+        let _slot = self
+            .slot(timeout)
             .await
-            .map_err(|_| failed("too many webhook calls in flight for this cluster".into()))?
-            .map_err(|_| failed("the cluster is shutting down".into()))?;
+            .ok_or_else(|| failed("too many webhook calls in flight for this cluster".into()))?;
         let call = async {
             let mut resp = client
                 .post(url.clone())
@@ -255,7 +333,7 @@ impl Caller {
 }
 
 /// An error and its causes on one line (reqwest's top level says only "error sending request").
-fn describe(e: reqwest::Error) -> String {
+pub fn describe(e: reqwest::Error) -> String {
     let mut out = e.to_string();
     let mut source = std::error::Error::source(&e);
     while let Some(s) = source {

@@ -1,0 +1,174 @@
+//! The availability controller: for every APIService that names a Service, asks the backend
+//! for its discovery document (`GET /apis/<group>/<version>`, as `system:kube-aggregator` in
+//! `system:masters`, through the front proxy) on every change to an APIService and every
+//! [`RECHECK`] (sooner, [`RETRY`], while one is unavailable); sets the `Available` condition
+//! (written only when it changes) and keeps the document for aggregated discovery.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{Aggregator, Registration, GROUP};
+use crate::controllers::Wakeups;
+use crate::error::ApiError;
+use crate::registry::{object, Part, Registry, WriteOptions};
+
+/// How often available backends are checked again.
+pub const RECHECK: Duration = Duration::from_secs(30);
+/// How often an unavailable backend is tried again.
+pub const RETRY: Duration = Duration::from_secs(5);
+/// How long one check may take.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The outcome of one check: the discovery document, or why not (reason, message).
+async fn check(
+    aggregator: &Aggregator,
+    registry: &Registry,
+    reg: &Registration,
+) -> Result<Value, (&'static str, String)> {
+    let (mut url, client) = aggregator.target(registry, reg).await.map_err(|e| {
+        let reason = match &e {
+            ApiError::Unavailable(m) if m.contains("not found") => "ServiceNotFound",
+            ApiError::Unavailable(m) if m.contains("no endpoints") => "MissingEndpoints",
+            _ => "FailedDiscoveryCheck",
+        };
+        (reason, e.to_string())
+    })?;
+    url.set_path(&format!("/apis/{}/{}", reg.group, reg.version));
+    let failed = |m: String| {
+        (
+            "FailedDiscoveryCheck",
+            format!("failing or missing response from {url}: {m}"),
+        )
+    };
+    let resp = client
+        .get(url.clone())
+        .header("Accept", "application/json")
+        .header("X-Remote-User", "system:kube-aggregator")
+        .header("X-Remote-Group", "system:masters")
+        .timeout(CHECK_TIMEOUT)
+        .send()
+        .await
+        .map_err(|e| failed(crate::webhook::call::describe(e)))?;
+    let status = resp.status();
+    if !status.is_success() {
+        return Err(failed(format!(
+            "bad status from {url}: {}",
+            status.as_u16()
+        )));
+    }
+    let bytes = resp
+        .bytes()
+        .await
+        .map_err(|e| failed(crate::webhook::call::describe(e)))?;
+    let doc: Value = serde_json::from_slice(&bytes)
+        .map_err(|e| failed(format!("not a discovery document: {e}")))?;
+    if doc["resources"].as_array().is_none() {
+        return Err(failed("not an APIResourceList".into()));
+    }
+    Ok(doc)
+}
+
+/// Writes the `Available` condition when its status, reason or message changed.
+async fn set_condition(
+    registry: &Registry,
+    reg: &Registration,
+    available: bool,
+    reason: &str,
+    message: &str,
+) -> Result<(), ApiError> {
+    let status = if available { "True" } else { "False" };
+    let current = reg.object["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Available")
+        .cloned();
+    if current
+        .as_ref()
+        .is_some_and(|c| c["status"] == status && c["reason"] == reason && c["message"] == message)
+    {
+        return Ok(());
+    }
+    let Some(def) = registry.resource(GROUP, "v1", "apiservices") else {
+        return Ok(());
+    };
+    let transition = match &current {
+        Some(c) if c["status"] == status => c["lastTransitionTime"].clone(),
+        _ => json!(object::now()),
+    };
+    let condition = json!({"type": "Available", "status": status, "reason": reason,
+                           "message": message, "lastTransitionTime": transition});
+    let result = registry
+        .update_with(
+            &def,
+            None,
+            reg.name(),
+            None,
+            Part::Status,
+            &WriteOptions::default(),
+            |old| {
+                let mut new = old.clone();
+                let mut conds: Vec<Value> = old["status"]["conditions"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter(|c| c["type"] != "Available")
+                    .collect();
+                conds.push(condition.clone());
+                new["status"]["conditions"] = json!(conds);
+                Ok(new)
+            },
+        )
+        .await;
+    match result {
+        Ok(_) | Err(ApiError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// One pass over every APIService; true when one is unavailable.
+pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> bool {
+    let mut unavailable = false;
+    let regs = aggregator.registrations(registry).await;
+    for reg in &regs {
+        let outcome = check(aggregator, registry, reg).await;
+        let written = match &outcome {
+            Ok(doc) => {
+                aggregator.remember(&reg.group_version(), Some(doc.clone()));
+                set_condition(registry, reg, true, "Passed", "all checks passed").await
+            }
+            Err((reason, message)) => {
+                unavailable = true;
+                aggregator.remember(&reg.group_version(), None);
+                set_condition(registry, reg, false, reason, message).await
+            }
+        };
+        if let Err(e) = written {
+            tracing::debug!(apiservice = reg.name(), error = %e, "cannot write the APIService's status");
+        }
+    }
+    unavailable
+}
+
+/// Runs until `shutdown` resolves.
+pub async fn run(
+    aggregator: Arc<Aggregator>,
+    registry: Arc<Registry>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) {
+    let Some(def) = registry.resource(GROUP, "v1", "apiservices") else {
+        return;
+    };
+    let mut wakeups = Wakeups::new(registry.clone(), def.key_prefix(None), shutdown);
+    loop {
+        wakeups.arm().await;
+        let unavailable = reconcile(&aggregator, &registry).await;
+        let next = if unavailable { RETRY } else { RECHECK };
+        if !wakeups.wait_at_most(next).await {
+            return;
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! API aggregation in a tenant, with kubectl and a real aggregated API server
+//! ([`e2e::aggregated::TestApiServer`]) served through `fabrik up --local-backends`: the
+//! APIService becomes Available, its group joins discovery, requests reach the backend with
+//! the caller's identity under the cluster's front-proxy certificate — and an APIService can
+//! name only the tenant's own Services.
+
+use std::path::Path;
+use std::process::Output;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use e2e::aggregated::{TestApiServer, GROUP};
+use e2e::{kc, kc_ok, kubectls, Fabrik, Kubectl};
+
+fn apply(k: &Kubectl, cfg: &Path, yaml: &str) -> Result<Output> {
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), yaml)?;
+    let path = file.path().display().to_string();
+    kc(k, cfg, &["apply", "-f", &path])
+}
+
+fn apply_ok(k: &Kubectl, cfg: &Path, yaml: &str) -> Result<()> {
+    let out = apply(k, cfg, yaml)?;
+    if !out.status.success() {
+        bail!("apply failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+fn poll(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(60) {
+        if check()? {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    bail!("timed out waiting for {what}")
+}
+
+fn api_service(service: &str, ca: &str) -> String {
+    format!(
+        r#"apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {{name: v1.{GROUP}}}
+spec:
+  group: {GROUP}
+  version: v1
+  service: {{namespace: default, name: {service}, port: 443}}
+  caBundle: {ca}
+  groupPriorityMinimum: 1000
+  versionPriority: 15
+"#
+    )
+}
+
+fn condition(k: &Kubectl, cfg: &Path) -> Result<String> {
+    kc_ok(
+        k,
+        cfg,
+        &[
+            "get",
+            "apiservice",
+            &format!("v1.{GROUP}"),
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Available\")].status}/{.status.conditions[?(@.type==\"Available\")].reason}",
+        ],
+    )
+}
+
+#[test]
+fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
+    let backend = TestApiServer::start(&["flavors.default.svc"])?;
+    let f = Fabrik::start_with(&["--local-backends", &backend.port.to_string()])?;
+    let cfg = f.create_tenant("agg", &[])?;
+    let other = f.create_tenant("bystander", &[])?;
+    let k = &kubectls()[0];
+
+    // What a backend reads to trust the front proxy, as upstream publishes it.
+    let ca = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "configmap",
+            "-n",
+            "kube-system",
+            "extension-apiserver-authentication",
+            "-o",
+            "jsonpath={.data.requestheader-client-ca-file}",
+        ],
+    )?;
+    assert!(ca.contains("BEGIN CERTIFICATE"), "{ca}");
+    let names = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "configmap",
+            "-n",
+            "kube-system",
+            "extension-apiserver-authentication",
+            "-o",
+            "jsonpath={.data.requestheader-allowed-names}",
+        ],
+    )?;
+    assert_eq!(names, r#"["front-proxy-client"]"#);
+    kc_ok(k, &cfg, &["get", "clusterrole", "system:auth-delegator"])?;
+    kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "role",
+            "-n",
+            "kube-system",
+            "extension-apiserver-authentication-reader",
+        ],
+    )?;
+    backend.trust(&ca)?;
+
+    // The Service does not exist yet: unavailable, and said why.
+    apply_ok(k, &cfg, &api_service("flavors", &backend.ca_bundle()))?;
+    poll("ServiceNotFound", || {
+        Ok(condition(k, &cfg)? == "False/ServiceNotFound")
+    })?;
+    let out = kc(k, &cfg, &["get", "flavors"])?;
+    assert!(!out.status.success());
+
+    apply_ok(
+        k,
+        &cfg,
+        &format!(
+            "apiVersion: v1\nkind: Service\nmetadata:\n  name: flavors\n  annotations: {{sim.fabrik.dev/local-port: \"{}\"}}\nspec:\n  ports: [{{port: 443}}]\n",
+            backend.port
+        ),
+    )?;
+    poll("Available", || Ok(condition(k, &cfg)? == "True/Passed"))?;
+
+    // Discovery (aggregated, as kubectl 1.35 reads it) lists the group's resources.
+    poll("the group in discovery", || {
+        Ok(
+            kc_ok(k, &cfg, &["api-resources", &format!("--api-group={GROUP}")])?
+                .contains("flavors"),
+        )
+    })?;
+    let groups = kc_ok(k, &cfg, &["get", "--raw", "/apis"])?;
+    assert!(groups.contains(GROUP), "{groups}");
+
+    // A list goes to the backend with the caller's identity and the front-proxy certificate.
+    let flavors = kc_ok(k, &cfg, &["get", "flavors", "-n", "default", "-o", "json"])?;
+    let flavors: serde_json::Value = serde_json::from_str(&flavors)?;
+    let item = &flavors["items"][0];
+    assert_eq!(item["metadata"]["name"], "vanilla");
+    let user = item["spec"]["requestedBy"].as_str().unwrap_or("");
+    assert!(!user.is_empty(), "{item}");
+    assert!(
+        item["spec"]["groups"]
+            .as_array()
+            .is_some_and(|g| g.iter().any(|g| g == "system:masters")),
+        "{item}"
+    );
+    let calls = backend.calls();
+    let listed = calls
+        .iter()
+        .find(|c| c.path.ends_with("/flavors"))
+        .expect("the list reached the backend");
+    assert_eq!(listed.client_cn.as_deref(), Some("front-proxy-client"));
+    assert_eq!(listed.user.as_deref(), Some(user));
+    // A user without access is stopped here (RBAC), before the backend.
+    let before = backend.calls().len();
+    let denied = kc(
+        k,
+        &cfg,
+        &["get", "flavors", "-n", "default", "--as", "nobody"],
+    )?;
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("forbidden"),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+    assert_eq!(backend.calls().len(), before);
+
+    // Another tenant naming the same Service gets its own (absent) one.
+    apply_ok(k, &other, &api_service("flavors", &backend.ca_bundle()))?;
+    poll("the bystander's ServiceNotFound", || {
+        Ok(condition(k, &other)? == "False/ServiceNotFound")
+    })?;
+    let out = kc(k, &other, &["get", "--raw", &format!("/apis/{GROUP}/v1")])?;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("unable to handle the request")
+            || String::from_utf8_lossy(&out.stderr).contains("not available"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(backend
+        .calls()
+        .iter()
+        .all(|c| c.client_cn.as_deref() == Some("front-proxy-client")));
+
+    // Deleting the APIService removes the group.
+    kc_ok(k, &cfg, &["delete", "apiservice", &format!("v1.{GROUP}")])?;
+    let groups = kc_ok(k, &cfg, &["get", "--raw", "/apis"])?;
+    assert!(!groups.contains(GROUP), "{groups}");
+    Ok(())
+}
