@@ -223,6 +223,9 @@ pub async fn run(args: UpArgs) -> Result<()> {
     host_settings.load_balancer_pool = Some(args.load_balancer_pool);
     // The host's own webhooks: its Services, read through its client once it is started.
     let host_services = Arc::new(crate::webhooks::HostServices::default());
+    // Its resource metrics: what its simulated nodes report.
+    let usage = Arc::new(crate::resource_metrics::SimulatedUsage::default());
+    host_settings.resource_metrics = Some(usage.clone());
     host_settings.webhooks.backends = crate::webhooks::with_local(
         Arc::new(crate::webhooks::OwnServices(host_services.clone())),
         args.local_backends.as_ref(),
@@ -238,6 +241,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     host_services.set_client(in_process_client(
         cluster.server.clone(),
         controller_identity("webhook-backends"),
+    ));
+    usage.set_client(in_process_client(
+        cluster.server.clone(),
+        controller_identity("resource-metrics"),
     ));
     let router = Router::new(cluster.server.clone());
     let url = bound.url();

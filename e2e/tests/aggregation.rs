@@ -206,3 +206,56 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
     assert!(!groups.contains(GROUP), "{groups}");
     Ok(())
 }
+
+#[test]
+fn kubectl_top_works_in_the_host_and_in_a_tenant_without_metrics_server() -> Result<()> {
+    let f = Fabrik::start()?;
+    let cfg = f.create_tenant("topped", &[])?;
+    let k = &kubectls()[0];
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: busy, labels: {app: busy}}\nspec:\n  containers:\n  - name: main\n    image: busybox\n    resources: {requests: {cpu: 250m, memory: 64Mi}}\n",
+    )?;
+    poll("the pod running", || {
+        Ok(kc_ok(
+            k,
+            &cfg,
+            &["get", "pod", "busy", "-o", "jsonpath={.status.phase}"],
+        )? == "Running")
+    })?;
+    // The tenant's pod, named as the tenant knows it, with what its simulated node reports.
+    let mut top = String::new();
+    poll("kubectl top pod", || {
+        let out = kc(k, &cfg, &["top", "pod", "busy", "--no-headers"])?;
+        top = String::from_utf8_lossy(&out.stdout).into_owned();
+        Ok(out.status.success() && top.contains("busy"))
+    })?;
+    assert!(top.contains("250m") && top.contains("64Mi"), "{top}");
+    let by_label = kc_ok(k, &cfg, &["top", "pod", "-l", "app=busy", "--containers"])?;
+    assert!(by_label.contains("main"), "{by_label}");
+    let nodes = kc_ok(k, &cfg, &["top", "nodes", "--no-headers"])?;
+    assert!(nodes.contains("gpu-node-"), "{nodes}");
+    let host_nodes = f.kubectl_ok(k, &["top", "nodes", "--no-headers"])?;
+    assert_eq!(host_nodes.lines().count(), 2, "{host_nodes}");
+    // An APIService registered for the group takes its place (here: a backend that does not
+    // exist, so the API is unavailable until it is removed).
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\nspec:\n  group: metrics.k8s.io\n  version: v1beta1\n  service: {namespace: kube-system, name: metrics-server}\n  insecureSkipTLSVerify: true\n  groupPriorityMinimum: 100\n  versionPriority: 100\n",
+    )?;
+    let out = kc(
+        k,
+        &cfg,
+        &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods"],
+    )?;
+    assert!(!out.status.success(), "the built-in API still answered");
+    kc_ok(k, &cfg, &["delete", "apiservice", "v1beta1.metrics.k8s.io"])?;
+    kc_ok(
+        k,
+        &cfg,
+        &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods"],
+    )?;
+    Ok(())
+}

@@ -33,6 +33,7 @@ pub mod pod_streams;
 pub mod rbac;
 pub mod registry;
 pub mod request_info;
+pub mod resource_metrics;
 pub mod resources;
 pub mod reviews;
 pub mod router;

@@ -132,6 +132,8 @@ pub struct Settings {
     pub load_balancer_pool: Option<fabrik_controllers::loadbalancer::Pool>,
     /// How the cluster's admission webhooks are called.
     pub webhooks: crate::webhook::WebhookSettings,
+    /// Where the built-in `metrics.k8s.io` gets its figures (none: not served).
+    pub resource_metrics: Option<Arc<dyn crate::resource_metrics::ResourceMetrics>>,
 }
 
 impl Default for Settings {
@@ -148,6 +150,7 @@ impl Default for Settings {
             pod_api_address: None,
             load_balancer_pool: None,
             webhooks: Default::default(),
+            resource_metrics: None,
         }
     }
 }

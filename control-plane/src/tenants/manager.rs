@@ -113,6 +113,8 @@ pub struct Runtime {
     pub dns_nameserver: Option<String>,
     /// The host's Services, where tenant webhooks are served.
     host_services: Arc<crate::webhooks::HostServices>,
+    /// The host's client.
+    host: Client,
     /// Local ports that may serve tenant Services' webhooks (`fabrik up --local-backends`).
     pub local_backends: Option<std::ops::RangeInclusive<u16>>,
     /// Each tenant's webhook address rules (updated as the spec changes).
@@ -143,6 +145,7 @@ impl Runtime {
             serving_ca_pem,
             data_dir,
             host_services: Arc::new(crate::webhooks::HostServices::new(host.clone())),
+            host: host.clone(),
             informers: syncer::HostInformers::new(host),
             running: Mutex::new(HashMap::new()),
             shards: std::sync::OnceLock::new(),
@@ -473,9 +476,10 @@ fn with_host_addresses(settings: &mut fabrik_apiserver::Settings, ctx: &Ctx, ten
     });
 }
 
-/// How the tenant's admission webhooks are called: its Services at their host copies (or
-/// local processes `--local-backends` allows), `url`s under the Tenant's webhook targets.
-fn with_webhooks(settings: &mut fabrik_apiserver::Settings, rt: &Runtime, tenant: &Tenant) {
+/// What the tenant reaches on the host: its admission webhooks and aggregated APIs (its Services
+/// at their host copies, or local processes `--local-backends` allows; `url`s under the
+/// Tenant's webhook targets) and its resource metrics.
+fn with_host_backends(settings: &mut fabrik_apiserver::Settings, rt: &Runtime, tenant: &Tenant) {
     let backends: Arc<dyn fabrik_apiserver::webhook::Backends> = Arc::new(
         crate::webhooks::TenantServices::new(&tenant.name_any(), rt.host_services.clone()),
     );
@@ -483,6 +487,11 @@ fn with_webhooks(settings: &mut fabrik_apiserver::Settings, rt: &Runtime, tenant
         backends: crate::webhooks::with_local(backends, rt.local_backends.as_ref()),
         targets: webhook_targets(rt, tenant),
     };
+    // Its `metrics.k8s.io`: the host's, for its pods.
+    settings.resource_metrics = Some(Arc::new(crate::resource_metrics::HostMetrics::new(
+        rt.host.clone(),
+        &tenant.name_any(),
+    )));
 }
 
 /// The entries of a Tenant's `webhookTargets` (checked by `fabrik_api::validation` before the
@@ -847,7 +856,7 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             // issues only its client certificates).
             settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             with_host_addresses(&mut settings, ctx, &name);
-            with_webhooks(&mut settings, &ctx.rt, &tenant);
+            with_host_backends(&mut settings, &ctx.rt, &tenant);
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
             let plugins = tenant_admission(&ctx.rt, admission.clone(), &tenant);
@@ -1171,7 +1180,7 @@ async fn follow_unless_owned(tenant: &Tenant, ctx: &Ctx) -> Option<Result<Action
     let rt = &ctx.rt;
     let mut settings = rt.settings.clone();
     with_host_addresses(&mut settings, ctx, &name);
-    with_webhooks(&mut settings, rt, tenant);
+    with_host_backends(&mut settings, rt, tenant);
     let followed = shards
         .follow(
             tenant,

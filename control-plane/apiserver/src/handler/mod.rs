@@ -9,7 +9,8 @@
 //!    group, resource, subresource, namespace, name;
 //! 3. [`authorize`]: RBAC on the request's attributes;
 //! 4. [`seats`]: fairness — a tenant's seat in the listener's pool, a lane for heavy requests;
-//! 5. [`aggregated`]: a group and version an APIService serves goes to its backend;
+//! 5. [`aggregated`]: a group and version an APIService serves goes to its backend (or to the
+//!    built-in [`metrics_api`] when none is registered for it);
 //! 6. the verbs: [`resource`] (each verb and subresource to its registry call, with [`objects`]
 //!    to decode and encode one object, [`list`] and [`watch`]) or [`non_resource`]
 //!    (discovery, OpenAPI, version, health);
@@ -61,6 +62,7 @@ mod aggregated;
 mod authenticate;
 mod authorize;
 mod list;
+mod metrics_api;
 mod non_resource;
 mod objects;
 mod query;

@@ -6,8 +6,10 @@ impl ApiServer {
     /// The group versions APIServices serve here (none the cluster serves itself), with their
     /// backends' last discovery documents.
     async fn aggregated_groups(&self) -> Vec<discovery::Aggregated> {
+        use crate::resource_metrics as rm;
         let local = self.registry.catalog().group_versions();
-        self.aggregator
+        let mut out: Vec<discovery::Aggregated> = self
+            .aggregator
             .registrations(&self.registry)
             .await
             .into_iter()
@@ -17,7 +19,19 @@ impl ApiServer {
                 group: r.group,
                 version: r.version,
             })
-            .collect()
+            .collect();
+        // The built-in metrics API, unless an APIService took its place.
+        let registered = out
+            .iter()
+            .any(|a| a.group == rm::GROUP && a.version == rm::VERSION);
+        if self.settings.resource_metrics.is_some() && !registered {
+            out.push(discovery::Aggregated {
+                group: rm::GROUP.into(),
+                version: rm::VERSION.into(),
+                resources: Some(rm::resource_list()),
+            });
+        }
+        out
     }
 
     pub(super) async fn non_resource(

@@ -17,6 +17,9 @@ impl ApiServer {
         if let Some(reg) = self.aggregated(&route).await {
             return self.proxy(req, query, reg, &user).await;
         }
+        if self.serves_metrics(&route) {
+            return self.metrics_api(route, query).await;
+        }
         match route {
             Route::Resource(r) => self.resource(req, query, r, user, network, seat).await,
             other => self.non_resource(&req, other).await,
