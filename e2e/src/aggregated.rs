@@ -82,6 +82,11 @@ impl TestApiServer {
         base64::engine::general_purpose::STANDARD.encode(&self.pki.ca_pem)
     }
 
+    /// The CA of its serving certificate (PEM).
+    pub fn ca_pem(&self) -> &str {
+        &self.pki.ca_pem
+    }
+
     /// Every request so far.
     pub fn calls(&self) -> Vec<Call> {
         self.calls.lock().map(|c| c.clone()).unwrap_or_default()

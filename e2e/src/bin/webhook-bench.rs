@@ -1,11 +1,14 @@
-//! Admission webhook figures (issue "extension-apis"), against a real `fabrik up` and the test
+//! Admission webhook and API aggregation figures (issue "extension-apis"), against a real `fabrik up` and the test
 //! webhook of `e2e::webhook` on this machine (`--local-backends`):
 //!
 //! 1. latency of a ConfigMap create in a tenant, sequential, without webhooks and with one
 //!    mutating (`/label`) plus one validating (`/allow`) webhook on loopback — p50 / p99 and the
 //!    difference, against the time the webhook itself takes per call (measured inside it);
-//! 2. `TENANTS` tenants, each with one webhook configured: the control plane's CPU while they
-//!    sit idle (configurations are read per request: nothing polls or watches for them).
+//! 2. a list through an aggregated API (the test API server of `e2e::aggregated`) against the
+//!    same list sent to it directly: the proxy's added latency;
+//! 3. `TENANTS` tenants idle, then each with a mutating and a validating webhook configured:
+//!    the control plane's CPU and RSS while they sit idle, before and after (configurations
+//!    are read per request: nothing polls or watches for them).
 //!
 //! ```text
 //! cargo build --release -p control-plane --bin fabrik -p e2e --bin webhook-bench
@@ -111,6 +114,118 @@ async fn local_service(client: &kube::Client, port: u16) -> Result<()> {
     Ok(())
 }
 
+/// The server's CPU over 20 s of idleness (after 5 s to settle), and its RSS.
+async fn idle(pid: u32, label: &str) -> Result<()> {
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let cpu0 = e2e::procfs::cpu_seconds(pid).context("cpu")?;
+    let window = Duration::from_secs(20);
+    tokio::time::sleep(window).await;
+    let cpu1 = e2e::procfs::cpu_seconds(pid).context("cpu")?;
+    let (rss, _) = e2e::procfs::memory_mib(pid);
+    println!(
+        "{label}, idle {}s: {:.3} CPU-seconds ({:.2} % of a core), RSS {rss:.0} MiB",
+        window.as_secs(),
+        cpu1 - cpu0,
+        100.0 * (cpu1 - cpu0) / window.as_secs_f64()
+    );
+    Ok(())
+}
+
+/// A list through the tenant's aggregation layer against the same list sent to the backend
+/// directly (same TLS, one connection kept): p50 / p99 of both and the difference.
+async fn aggregated_overhead(
+    client: &kube::Client,
+    api: &e2e::aggregated::TestApiServer,
+    n: usize,
+) -> Result<()> {
+    let group = e2e::aggregated::GROUP;
+    let svc = json!({"apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "flavors", "annotations": {"sim.fabrik.dev/local-port": api.port.to_string()}},
+        "spec": {"ports": [{"port": 443}]}});
+    let services: Api<k8s_openapi::api::core::v1::Service> =
+        Api::namespaced(client.clone(), "default");
+    services
+        .patch(
+            "flavors",
+            &PatchParams::apply("bench").force(),
+            &Patch::Apply(&svc),
+        )
+        .await?;
+    let reg = json!({"apiVersion": "apiregistration.k8s.io/v1", "kind": "APIService",
+        "metadata": {"name": format!("v1.{group}")},
+        "spec": {"group": group, "version": "v1", "caBundle": api.ca_bundle(),
+                 "service": {"namespace": "default", "name": "flavors", "port": 443},
+                 "groupPriorityMinimum": 1000, "versionPriority": 15}});
+    let ar = ApiResource {
+        group: "apiregistration.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "apiregistration.k8s.io/v1".into(),
+        kind: "APIService".into(),
+        plural: "apiservices".into(),
+    };
+    let regs: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    regs.patch(
+        &format!("v1.{group}"),
+        &PatchParams::apply("bench").force(),
+        &Patch::Apply(&reg),
+    )
+    .await?;
+    let path = format!("/apis/{group}/v1/namespaces/default/flavors");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let req = http::Request::get(path.as_str()).body(Vec::new())?;
+        if client.request_text(req).await.is_ok() {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the aggregated API did not become available");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let direct_client = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(api.ca_pem().as_bytes())?)
+        .resolve("flavors.default.svc", ([127, 0, 0, 1], api.port).into())
+        .no_proxy()
+        .build()?;
+    let direct_url = format!("https://flavors.default.svc:{}{path}", api.port);
+    let mut through = Vec::with_capacity(n);
+    let mut direct = Vec::with_capacity(n);
+    for _ in 0..n {
+        let req = http::Request::get(path.as_str()).body(Vec::new())?;
+        let start = Instant::now();
+        client.request_text(req).await?;
+        through.push(start.elapsed());
+        let start = Instant::now();
+        direct_client
+            .get(&direct_url)
+            .header("X-Remote-User", "bench")
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        direct.push(start.elapsed());
+    }
+    through.sort();
+    direct.sort();
+    println!("A list through an aggregated API, {n} sequential (ms):");
+    println!(
+        "  backend directly        p50 {:.2}  p99 {:.2}",
+        ms(percentile(&direct, 0.5)),
+        ms(percentile(&direct, 0.99))
+    );
+    println!(
+        "  through the tenant      p50 {:.2}  p99 {:.2}",
+        ms(percentile(&through, 0.5)),
+        ms(percentile(&through, 0.99))
+    );
+    println!(
+        "  added                   p50 {:.2}  p99 {:.2}",
+        ms(percentile(&through, 0.5)) - ms(percentile(&direct, 0.5)),
+        ms(percentile(&through, 0.99)) - ms(percentile(&direct, 0.99))
+    );
+    Ok(())
+}
+
 #[tokio::main]
 async fn main() -> Result<()> {
     e2e::init_crypto();
@@ -118,7 +233,12 @@ async fn main() -> Result<()> {
     let n: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(500);
     let tenants: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(100);
     let server = TestWebhook::start(&["hook.default.svc"])?;
-    let port = server.port.to_string();
+    let api = e2e::aggregated::TestApiServer::start(&["flavors.default.svc"])?;
+    let port = format!(
+        "{}-{}",
+        server.port.min(api.port),
+        server.port.max(api.port)
+    );
     let f = Fabrik::start_with(&["--local-backends", &port, "--nodes", "0"])?;
     let cfg = f.data_dir().join("tenants").join("demo.kubeconfig");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -168,6 +288,8 @@ async fn main() -> Result<()> {
         ms(percentile(&own, 0.99))
     );
 
+    aggregated_overhead(&client, &api, n).await?;
+
     // Idle cost: tenants, each with one webhook configured.
     let host = f.client().await?;
     let pid = f.pid().context("fabrik pid")?;
@@ -204,6 +326,7 @@ async fn main() -> Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    idle(pid, &format!("{tenants} tenants without webhooks")).await?;
     for i in 0..tenants {
         let cfg = f
             .data_dir()
@@ -214,16 +337,10 @@ async fn main() -> Result<()> {
             apply(&c, &obj).await?;
         }
     }
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    let cpu0 = e2e::procfs::cpu_seconds(pid).context("cpu")?;
-    let window = Duration::from_secs(20);
-    tokio::time::sleep(window).await;
-    let cpu1 = e2e::procfs::cpu_seconds(pid).context("cpu")?;
-    println!(
-        "{tenants} tenants with a mutating and a validating webhook each, idle {}s: {:.3} CPU-seconds ({:.2} % of a core)",
-        window.as_secs(),
-        cpu1 - cpu0,
-        100.0 * (cpu1 - cpu0) / window.as_secs_f64()
-    );
+    idle(
+        pid,
+        &format!("{tenants} tenants with a mutating and a validating webhook each"),
+    )
+    .await?;
     Ok(())
 }
