@@ -8,7 +8,9 @@
 //! - `/count`: admits with a JSONPatch setting [`COUNT_LABEL`] to one more than the object has
 //!   (a reinvoked webhook is seen twice);
 //! - `/warn`: admits with the warning [`WARNING`];
-//! - `/slow`: admits after [`SLOW`] (longer than a one-second timeout).
+//! - `/slow`: admits after [`SLOW`] (longer than a one-second timeout);
+//! - `/convert`: a CRD conversion webhook (ConversionReview) between `v1`, whose
+//!   `spec.size` is `v1beta1`'s `spec.count`.
 //!
 //! Anything else is a 404. Started with `--local-backends` covering its port, a Service
 //! annotated `sim.fabrik.dev/local-port: <port>` is served by it.
@@ -136,6 +138,12 @@ async fn answer(
             took: start.elapsed(),
         });
     }
+    if path == "/convert" {
+        return Response::builder()
+            .header("Content-Type", "application/json")
+            .body(Full::new(Bytes::from(convert(&review).to_string())))
+            .unwrap_or_default();
+    }
     let reply = match decided {
         Ok(response) => json!({
             "apiVersion": review["apiVersion"].as_str().unwrap_or("admission.k8s.io/v1"),
@@ -153,6 +161,39 @@ async fn answer(
         .header("Content-Type", "application/json")
         .body(Full::new(Bytes::from(reply.to_string())))
         .unwrap_or_default()
+}
+
+/// Answers a ConversionReview: `spec.size` (v1) ⇄ `spec.count` (v1beta1).
+fn convert(review: &Value) -> Value {
+    let req = &review["request"];
+    let desired = req["desiredAPIVersion"].as_str().unwrap_or("");
+    let to_beta = desired.ends_with("/v1beta1");
+    let converted: Vec<Value> = req["objects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|o| {
+            let mut o = o.clone();
+            let (from, to) = if to_beta {
+                ("size", "count")
+            } else {
+                ("count", "size")
+            };
+            if let Some(spec) = o["spec"].as_object_mut() {
+                if let Some(v) = spec.remove(from) {
+                    spec.insert(to.to_string(), v);
+                }
+            }
+            o["apiVersion"] = json!(desired);
+            o
+        })
+        .collect();
+    json!({
+        "apiVersion": review["apiVersion"],
+        "kind": "ConversionReview",
+        "response": {"uid": req["uid"], "result": {"status": "Success"},
+                     "convertedObjects": converted},
+    })
 }
 
 /// A JSONPatch that sets label `key` to `value` on `object`.
@@ -194,6 +235,7 @@ async fn decide(path: &str, review: &Value) -> Result<Value> {
         }
         "/warn" => merge(json!({"warnings": [WARNING]})),
         "/slow" => tokio::time::sleep(SLOW).await,
+        "/convert" => {}
         other => return Err(anyhow!("no such webhook path {other}")),
     }
     Ok(response)

@@ -554,3 +554,167 @@ fn host_webhooks_see_host_requests_only() -> Result<()> {
     }
     Ok(())
 }
+
+const WIDGET_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.conv.fabrik.dev}
+spec:
+  group: conv.fabrik.dev
+  names: {kind: Widget, plural: widgets, singular: widget}
+  scope: Namespaced
+  conversion:
+    strategy: Webhook
+    webhook:
+      conversionReviewVersions: [v1]
+      clientConfig:
+        service: {namespace: default, name: hook, path: PATH}
+        caBundle: CA
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {size: {type: integer}}}
+  - name: v1beta1
+    served: true
+    storage: false
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec: {type: object, properties: {count: {type: integer}}}
+"#;
+
+#[test]
+fn a_crd_conversion_webhook_converts_reads_writes_lists_and_watches() -> Result<()> {
+    let hook_server = TestWebhook::start(&["hook.default.svc"])?;
+    let f = Fabrik::start_with(&["--local-backends", &hook_server.port.to_string()])?;
+    let cfg = f.create_tenant("conv", &[])?;
+    let k = &kubectls()[0];
+    apply_ok(k, &cfg, &local_service("default", "hook", hook_server.port))?;
+    let crd = |path: &str| {
+        WIDGET_CRD
+            .replace("PATH", path)
+            .replace("CA", &hook_server.ca_bundle())
+    };
+    apply_ok(k, &cfg, &crd("/convert"))?;
+    poll("the CRD served", || {
+        Ok(kc(k, &cfg, &["get", "widgets.v1beta1.conv.fabrik.dev"])?
+            .status
+            .success())
+    })?;
+    // Written at v1beta1 (count), stored at v1 (size), read at either.
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: conv.fabrik.dev/v1beta1\nkind: Widget\nmetadata: {name: w}\nspec: {count: 5}\n",
+    )?;
+    let get = |version: &str, path: &str| {
+        kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                &format!("widgets.{version}.conv.fabrik.dev"),
+                "w",
+                "-o",
+                &format!("jsonpath={{.apiVersion}} {{{path}}}"),
+            ],
+        )
+    };
+    assert_eq!(get("v1", ".spec.size")?, "conv.fabrik.dev/v1 5");
+    assert_eq!(get("v1beta1", ".spec.count")?, "conv.fabrik.dev/v1beta1 5");
+    assert!(kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "widgets.v1.conv.fabrik.dev",
+            "w",
+            "-o",
+            "jsonpath={.spec.count}"
+        ]
+    )?
+    .is_empty());
+    // A list and a patch at v1beta1.
+    let list = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "widgets.v1beta1.conv.fabrik.dev",
+            "-o",
+            "jsonpath={.items[*].spec.count}",
+        ],
+    )?;
+    assert_eq!(list, "5");
+    kc_ok(
+        k,
+        &cfg,
+        &[
+            "patch",
+            "widgets.v1beta1.conv.fabrik.dev",
+            "w",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"count":7}}"#,
+        ],
+    )?;
+    assert_eq!(get("v1", ".spec.size")?, "conv.fabrik.dev/v1 7");
+    // A watch at v1beta1 sees converted objects.
+    let mut child = std::process::Command::new(&k.path)
+        .args([
+            "--kubeconfig",
+            &cfg.display().to_string(),
+            "get",
+            "widgets.v1beta1.conv.fabrik.dev",
+            "--watch-only",
+            "-o",
+            "jsonpath={.spec.count}{\"\\n\"}",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    std::thread::sleep(Duration::from_millis(1500));
+    kc_ok(
+        k,
+        &cfg,
+        &[
+            "patch",
+            "widgets.v1.conv.fabrik.dev",
+            "w",
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"size":9}}"#,
+        ],
+    )?;
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = child.kill();
+    let out = child.wait_with_output()?;
+    let seen = String::from_utf8_lossy(&out.stdout);
+    assert!(seen.lines().any(|l| l.trim() == "9"), "watch saw: {seen:?}");
+    // A converter that fails: a clear error, and the stored object untouched.
+    apply_ok(k, &cfg, &crd("/missing"))?;
+    poll("the broken converter in use", || {
+        let out = kc(k, &cfg, &["get", "widgets.v1beta1.conv.fabrik.dev", "w"])?;
+        Ok(!out.status.success())
+    })?;
+    let out = kc(k, &cfg, &["get", "widgets.v1beta1.conv.fabrik.dev", "w"])?;
+    assert!(
+        stderr(&out).contains("conversion webhook for conv.fabrik.dev/v1beta1"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(get("v1", ".spec.size")?, "conv.fabrik.dev/v1 9");
+    apply_ok(k, &cfg, &crd("/convert"))?;
+    poll("the converter back", || {
+        Ok(get("v1beta1", ".spec.count").ok().as_deref() == Some("conv.fabrik.dev/v1beta1 9"))
+    })?;
+    assert!(hook_server
+        .received_at("/convert")
+        .iter()
+        .all(|r| r.review["kind"] == "ConversionReview"));
+    Ok(())
+}

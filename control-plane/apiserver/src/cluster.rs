@@ -81,13 +81,17 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The admission webhooks plugin of a cluster with `settings` (every server of a cluster, owner
-/// or follower, runs it).
-pub fn webhooks_of(settings: &Settings) -> Arc<dyn Admission> {
-    Arc::new(crate::webhook::Webhooks::new(crate::webhook::Caller::new(
-        settings.webhooks.targets.clone(),
-        settings.webhooks.backends.clone(),
-    )))
+/// Puts a cluster's webhooks into its registry: the admission webhooks plugin and the caller of
+/// CRD conversion webhooks (every server of a cluster, owner or follower, has both).
+pub fn add_webhooks(registry: &Registry, settings: &Settings) {
+    let caller = || {
+        crate::webhook::Caller::new(
+            settings.webhooks.targets.clone(),
+            settings.webhooks.backends.clone(),
+        )
+    };
+    registry.add_admission(Arc::new(crate::webhook::Webhooks::new(caller())));
+    registry.set_converter(Arc::new(caller()));
 }
 
 /// What a cluster is assembled from: its store, CA and settings, and the admission plugins it
@@ -147,7 +151,7 @@ impl Cluster {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
-        registry.add_admission(webhooks_of(&settings));
+        add_webhooks(&registry, &settings);
         for plugin in admission {
             registry.add_admission(plugin);
         }

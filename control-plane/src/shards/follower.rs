@@ -65,7 +65,7 @@ impl Follower {
             Registry::new(store, Arc::new(Catalog::builtin()))
                 .with_service_ips(settings.service_ips.clone()),
         );
-        registry.add_admission(fabrik_apiserver::cluster::webhooks_of(&settings));
+        fabrik_apiserver::cluster::add_webhooks(&registry, &settings);
         let mut crds = CrdController::default();
         crds.reconcile_all(&registry)
             .await

@@ -93,6 +93,9 @@ pub fn resource_defs(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
         .find(|v| v["storage"].as_bool() == Some(true))
         .and_then(|v| v["name"].as_str())
         .ok_or_else(|| CrdError::Invalid("one version must be the storage version".into()))?;
+    let conversion = (spec["conversion"]["strategy"].as_str() == Some("Webhook"))
+        .then(|| spec["conversion"]["webhook"].clone())
+        .filter(Value::is_object);
     let mut defs = Vec::new();
     for v in versions
         .iter()
@@ -164,6 +167,7 @@ pub fn resource_defs(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
             storage_version: (version != storage).then(|| storage.to_string()),
             custom: true,
             create_only: false,
+            conversion: conversion.clone(),
         });
     }
     Ok(defs)

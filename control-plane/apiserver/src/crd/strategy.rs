@@ -380,7 +380,9 @@ impl Strategy for CrdStrategy {
     }
 
     fn validate(&self, obj: &Value) -> Vec<FieldError> {
-        validate_crd(obj)
+        let mut errs = validate_crd(obj);
+        errs.extend(validate_conversion(&obj["spec"]["conversion"]));
+        errs
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
@@ -392,6 +394,50 @@ impl Strategy for CrdStrategy {
         .flatten()
         .collect()
     }
+}
+
+/// `spec.conversion`: `None`, or `Webhook` with a client config (as admission webhooks') and
+/// the ConversionReview versions the webhook accepts.
+fn validate_conversion(conversion: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    match conversion["strategy"].as_str().unwrap_or("None") {
+        "None" => {
+            if !conversion["webhook"].is_null() {
+                errs.push(crate::strategy::forbidden(
+                    "spec.conversion.webhook",
+                    "should not be set when strategy is not set to Webhook",
+                ));
+            }
+        }
+        "Webhook" => {
+            let webhook = &conversion["webhook"];
+            if !webhook.is_object() {
+                errs.push(crate::strategy::required("spec.conversion.webhook"));
+                return errs;
+            }
+            crate::webhook::config::validate_client_config(
+                &webhook["clientConfig"],
+                "spec.conversion.webhook.clientConfig",
+                &mut errs,
+            );
+            let versions = crate::admission::rules::strings(&webhook["conversionReviewVersions"]);
+            if !versions
+                .iter()
+                .any(|v| crate::webhook::conversion::REVIEW_VERSIONS.contains(v))
+            {
+                errs.push(crate::strategy::field_required(
+                    "spec.conversion.webhook.conversionReviewVersions",
+                    "must include at least one of v1, v1beta1",
+                ));
+            }
+        }
+        other => errs.push(crate::strategy::not_supported(
+            "spec.conversion.strategy",
+            other,
+            &["None", "Webhook"],
+        )),
+    }
+    errs
 }
 
 #[cfg(test)]

@@ -183,6 +183,8 @@ pub struct Registry {
     catalog: Arc<Catalog>,
     admission: Chain,
     service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
+    /// Calls CRD conversion webhooks (set when the cluster is assembled).
+    converter: std::sync::RwLock<Option<Arc<crate::webhook::Caller>>>,
 }
 
 /// Which part of an object a write addresses.
@@ -274,6 +276,73 @@ impl Registry {
             catalog,
             admission: Chain::standard(),
             service_ips: None,
+            converter: std::sync::RwLock::new(None),
+        }
+    }
+
+    /// Converts custom resources with conversion webhooks through `caller`.
+    pub fn set_converter(&self, caller: Arc<crate::webhook::Caller>) {
+        if let Ok(mut c) = self.converter.write() {
+            *c = Some(caller);
+        }
+    }
+
+    /// Converts `objects` to `def`'s version `desired` through the CRD's webhook (a kind
+    /// without one: the objects as they are, `apiVersion` set).
+    pub(crate) async fn convert(
+        &self,
+        def: &ResourceDef,
+        objects: Vec<Value>,
+        desired: &str,
+    ) -> Result<Vec<Value>> {
+        let Some(webhook) = &def.conversion else {
+            return Ok(objects
+                .into_iter()
+                .map(|mut o| {
+                    o["apiVersion"] = json!(desired);
+                    o
+                })
+                .collect());
+        };
+        let caller = self
+            .converter
+            .read()
+            .ok()
+            .and_then(|c| c.clone())
+            .ok_or_else(|| ApiError::Internal("conversion webhooks are not set up".into()))?;
+        // Boxed: the call reads the webhook's Service through this registry.
+        Box::pin(crate::webhook::conversion::convert(
+            &caller, self, def, webhook, objects, desired,
+        ))
+        .await
+    }
+
+    /// A stored object as `def` serves it (converted by the CRD's webhook where it has one).
+    pub(crate) async fn read(
+        &self,
+        def: &ResourceDef,
+        kv: &fabrik_store::KeyValue,
+    ) -> Result<Value> {
+        if def.conversion.is_none() {
+            return object::decode_as(kv, &def.api_version());
+        }
+        let obj = object::decode(kv)?;
+        let mut out = self.convert(def, vec![obj], &def.api_version()).await?;
+        out.pop()
+            .ok_or_else(|| ApiError::Internal("conversion returned no object".into()))
+    }
+
+    /// `obj` as it is stored: at the storage version, converted by the CRD's webhook where it
+    /// has one (others are stored as written).
+    pub(crate) async fn for_storage(&self, def: &ResourceDef, obj: &Value) -> Result<Value> {
+        match (&def.conversion, &def.storage_version) {
+            (Some(_), Some(storage)) => {
+                let desired = format!("{}/{storage}", def.group);
+                let mut out = self.convert(def, vec![obj.clone()], &desired).await?;
+                out.pop()
+                    .ok_or_else(|| ApiError::Internal("conversion returned no object".into()))
+            }
+            _ => Ok(obj.clone()),
         }
     }
 
@@ -511,7 +580,8 @@ impl Registry {
             def.strategy
                 .reserve(&self.strategy_context(opts), &mut candidate, None)
                 .await?;
-            match self.store.create(&key, object::encode(&candidate)?).await {
+            let stored = self.for_storage(def, &candidate).await?;
+            match self.store.create(&key, object::encode(&stored)?).await {
                 Ok(kv) => {
                     object::set_resource_version(&mut candidate, kv.mod_revision);
                     return Ok(Written {
@@ -564,7 +634,7 @@ impl Registry {
                 resource: def.group_resource(),
                 name: name.to_string(),
             })?;
-        object::decode_as(&kv, &def.api_version())
+        self.read(def, &kv).await
     }
 
     /// Checks that a field selector uses only fields the kind supports.
@@ -621,7 +691,6 @@ impl Registry {
         params: &ListParams,
         visit: &mut (dyn FnMut(Value) -> Result<()> + Send),
     ) -> Result<ListMeta> {
-        let api_version = def.api_version();
         self.check_field_selector(def, &params.fields)?;
         validate_list_options(params)?;
         let prefix = def.key_prefix(ns);
@@ -682,7 +751,7 @@ impl Registry {
             let n = page.items.len();
             let last_key = page.items.last().map(|kv| kv.key.clone());
             for (i, kv) in page.items.into_iter().enumerate() {
-                let obj = object::decode_as(&kv, &api_version)?;
+                let obj = self.read(def, &kv).await?;
                 if !Self::matches(&params.labels, &params.fields, &obj) {
                     continue;
                 }
@@ -790,7 +859,7 @@ impl Registry {
                     resource: def.group_resource(),
                     name: name.to_string(),
                 })?;
-            let old = object::decode_as(&kv, &def.api_version())?;
+            let old = self.read(def, &kv).await?;
             if let Some(rv) = expected {
                 if rv != kv.mod_revision {
                     return Err(ApiError::conflict(&def.group_resource(), name));
@@ -827,10 +896,11 @@ impl Registry {
             let result = if finished {
                 self.store.delete(&key, Some(kv.mod_revision)).await
             } else {
+                let stored = self.for_storage(def, &new).await?;
                 self.store
                     .update(
                         &key,
-                        object::encode_update(&new, kv.value.len())?,
+                        object::encode_update(&stored, kv.value.len())?,
                         Some(kv.mod_revision),
                     )
                     .await
@@ -1011,7 +1081,7 @@ impl Registry {
                     resource: def.group_resource(),
                     name: name.to_string(),
                 })?;
-            let old = object::decode_as(&kv, &def.api_version())?;
+            let old = self.read(def, &kv).await?;
             if let Some(uid) = &opts.uid {
                 if old["metadata"]["uid"].as_str() != Some(uid.as_str()) {
                     return Err(ApiError::Conflict {
@@ -1085,9 +1155,14 @@ impl Registry {
                 if opts.dry_run {
                     return Ok((new, false));
                 }
+                let stored = self.for_storage(def, &new).await?;
                 match self
                     .store
-                    .update(&key, object::encode_unchecked(&new)?, Some(kv.mod_revision))
+                    .update(
+                        &key,
+                        object::encode_unchecked(&stored)?,
+                        Some(kv.mod_revision),
+                    )
                     .await
                 {
                     Ok(stored) => {

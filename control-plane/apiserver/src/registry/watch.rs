@@ -2,6 +2,7 @@
 //! selectors applied to both sides of each change (an object leaving a selector is a DELETED),
 //! bookmarks from the store's progress notifications, and 410 for compacted history.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fabrik_machinery::fields::FieldSelector;
@@ -72,7 +73,7 @@ pub struct WatchParams {
 impl Registry {
     /// Starts a watch. The stream ends only when the client goes away or on an ERROR event.
     pub async fn watch(
-        &self,
+        self: &Arc<Self>,
         def: &ResourceDef,
         ns: Option<&str>,
         params: WatchParams,
@@ -168,9 +169,49 @@ impl Registry {
         let fields = params.fields;
         let bookmarks = params.bookmarks;
         let api_version = def.api_version();
+        // A CRD with a conversion webhook: events keep their stored version here and are
+        // converted one by one below.
+        let converting = def
+            .conversion
+            .is_some()
+            .then(|| self.catalog.get(&def.group, &def.version, &def.plural))
+            .flatten();
+        let keep_version = converting.is_some();
         let live = changes.filter_map(move |item| {
-            futures::future::ready(translate(item, &labels, &fields, bookmarks, &api_version))
+            futures::future::ready(translate(
+                item,
+                &labels,
+                &fields,
+                bookmarks,
+                &api_version,
+                keep_version,
+            ))
         });
+        let live = match converting {
+            None => live.boxed(),
+            Some(def) => {
+                let registry = self.clone();
+                live.then(move |ev| {
+                    let (registry, def) = (registry.clone(), def.clone());
+                    async move {
+                        let WatchEvent::Object(ty, obj) = ev else {
+                            return ev;
+                        };
+                        match registry.convert(&def, vec![obj], &def.api_version()).await {
+                            Ok(mut out) => match out.pop() {
+                                Some(o) => WatchEvent::Object(ty, o),
+                                None => WatchEvent::Error(
+                                    ApiError::Internal("conversion returned no object".into())
+                                        .to_status(),
+                                ),
+                            },
+                            Err(e) => WatchEvent::Error(e.to_status()),
+                        }
+                    }
+                })
+                .boxed()
+            }
+        };
         // End the stream after the first ERROR.
         let mut ended = false;
         let live = live.take_while(move |ev| {
@@ -190,6 +231,7 @@ fn translate(
     fields: &FieldSelector,
     bookmarks: bool,
     api_version: &str,
+    keep_version: bool,
 ) -> Option<WatchEvent> {
     let event = match item {
         Ok(WatchItem::Event(e)) => e,
@@ -214,7 +256,12 @@ fn translate(
             ))
         }
     };
-    let new = match object::decode_as(&event.kv, api_version) {
+    let decoded = if keep_version {
+        object::decode(&event.kv)
+    } else {
+        object::decode_as(&event.kv, api_version)
+    };
+    let new = match decoded {
         Ok(v) => v,
         Err(e) => return Some(WatchEvent::Error(e.to_status())),
     };

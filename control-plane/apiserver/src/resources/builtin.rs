@@ -102,6 +102,7 @@ fn entry(kind: &BuiltinKind, generic: &Arc<dyn Strategy>) -> ResourceDef {
         storage_version: None,
         custom: false,
         create_only: kind.verbs == Verbs::CreateOnly,
+        conversion: None,
     }
 }
 

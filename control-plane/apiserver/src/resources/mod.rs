@@ -92,6 +92,9 @@ pub struct ResourceDef {
     pub storage_version: Option<String>,
     /// Served through a CustomResourceDefinition (JSON merge patch only, no protobuf).
     pub custom: bool,
+    /// A CRD's conversion webhook (`spec.conversion.webhook`: `clientConfig`,
+    /// `conversionReviewVersions`); None: versions differ only in `apiVersion`.
+    pub conversion: Option<serde_json::Value>,
     /// A review (access reviews, token reviews): only `create`, answered without storing.
     pub create_only: bool,
 }

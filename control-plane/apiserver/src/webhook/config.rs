@@ -201,7 +201,8 @@ fn validate_review_versions(hook: &Value, path: &str, errs: &mut Vec<FieldError>
     }
 }
 
-fn validate_client_config(cc: &Value, path: &str, errs: &mut Vec<FieldError>) {
+/// Validates a `clientConfig` (exactly one of `url` and `service`) at `path`.
+pub fn validate_client_config(cc: &Value, path: &str, errs: &mut Vec<FieldError>) {
     match (cc["url"].as_str(), cc["service"].is_object()) {
         (Some(_), true) => errs.push(invalid(
             path,

@@ -3,6 +3,7 @@
 //!
 //! - [`config`]: the two kinds' defaults and validation;
 //! - [`plugin`]: the admission plugin that matches and calls them;
+//! - [`conversion`]: CRD conversion webhooks (the registry converts through them);
 //! - [`call`]: the HTTPS client (caBundle, timeout, no redirects, bounded calls in flight);
 //! - [`backends`]: where a `service` reference is served (the cluster decides);
 //! - [`targets`]: which addresses a tenant's webhooks may reach.
@@ -10,6 +11,7 @@
 pub mod backends;
 pub mod call;
 pub mod config;
+pub mod conversion;
 pub mod plugin;
 pub mod targets;
 

@@ -506,6 +506,10 @@ impl Admission for Webhooks {
         if req.def.group == GROUP && req.def.plural.ends_with("webhookconfigurations") {
             self.check_targets(req, obj)?;
         }
+        if req.def.group == "apiextensions.k8s.io" && req.def.plural == "customresourcedefinitions"
+        {
+            self.check_conversion_target(req, obj)?;
+        }
         if exempt(req) {
             return Ok(Verdict::ok());
         }
@@ -558,6 +562,32 @@ impl Webhooks {
             name: obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
             causes,
         })
+    }
+}
+
+impl Webhooks {
+    /// A tenant's CRD may name only a conversion URL its Tenant allows.
+    fn check_conversion_target(&self, req: &Request<'_>, obj: &Value) -> Result<(), ApiError> {
+        let targets = self.caller.targets();
+        let Some(url) = obj["spec"]["conversion"]["webhook"]["clientConfig"]["url"].as_str() else {
+            return Ok(());
+        };
+        if !targets.is_restricted() {
+            return Ok(());
+        }
+        let checked = super::config::check_url(url).and_then(|u| targets.check_url(&u));
+        match checked {
+            Ok(()) => Ok(()),
+            Err(e) => Err(ApiError::Invalid {
+                kind: req.def.kind.clone(),
+                group: req.def.group.clone(),
+                name: obj["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                causes: vec![fabrik_machinery::validation::FieldError::forbidden(
+                    "spec.conversion.webhook.clientConfig.url",
+                    e,
+                )],
+            }),
+        }
     }
 }
 
