@@ -344,6 +344,46 @@ fn tenant_webhooks_mutate_refuse_warn_and_fail_as_configured() -> Result<()> {
         "{err}"
     );
 
+    // Connections to pods are admitted too (CONNECT, with the options as the object).
+    let no_exec = Hook {
+        name: "no-exec.test.fabrik.dev",
+        path: "/deny",
+        resources: "pods/exec",
+        operations: "CONNECT",
+        extra: "",
+    };
+    apply_ok(
+        k,
+        &cfg,
+        &config(
+            "ValidatingWebhookConfiguration",
+            "no-exec",
+            &hook(&no_exec, "hook", &ca),
+        ),
+    )?;
+    let out = kc(k, &cfg, &["exec", "marked", "--", "ls", "/"])?;
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("no-exec.test.fabrik.dev"),
+        "{}",
+        stderr(&out)
+    );
+    let connect = hook_server
+        .received()
+        .into_iter()
+        .find(|r| r.operation() == "CONNECT")
+        .expect("a CONNECT review");
+    let request = &connect.review["request"];
+    assert_eq!(request["subResource"], "exec");
+    assert_eq!(request["name"], "marked");
+    assert_eq!(request["object"]["kind"], "PodExecOptions");
+    assert_eq!(request["object"]["command"], serde_json::json!(["ls", "/"]));
+    kc_ok(
+        k,
+        &cfg,
+        &["delete", "validatingwebhookconfiguration", "no-exec"],
+    )?;
+
     // Webhook configurations are never sent to webhooks: a webhook refusing everything can
     // always be removed.
     let everything = "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {name: deny-all}\nwebhooks:\n- name: deny-all.test.fabrik.dev\n  clientConfig:\n    service: {namespace: default, name: hook, path: /deny}\n    caBundle: CA\n  rules:\n  - {apiGroups: [\"*\"], apiVersions: [\"*\"], operations: [\"*\"], resources: [\"*/*\"]}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n".replace("CA", &ca);
@@ -606,6 +646,13 @@ fn a_crd_conversion_webhook_converts_reads_writes_lists_and_watches() -> Result<
             .status
             .success())
     })?;
+    // A validating webhook that asks for v1 sees a v1beta1 request converted (matchPolicy
+    // Equivalent, through the conversion webhook).
+    let v1_only = format!(
+        "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: v1-only}}\nwebhooks:\n- name: v1-only.test.fabrik.dev\n  clientConfig:\n    service: {{namespace: default, name: hook, path: /allow}}\n    caBundle: {}\n  rules:\n  - {{apiGroups: [conv.fabrik.dev], apiVersions: [v1], operations: [CREATE], resources: [widgets]}}\n  sideEffects: None\n  admissionReviewVersions: [v1]\n",
+        hook_server.ca_bundle()
+    );
+    apply_ok(k, &cfg, &v1_only)?;
     // Written at v1beta1 (count), stored at v1 (size), read at either.
     apply_ok(
         k,
@@ -627,6 +674,12 @@ fn a_crd_conversion_webhook_converts_reads_writes_lists_and_watches() -> Result<
     };
     assert_eq!(get("v1", ".spec.size")?, "conv.fabrik.dev/v1 5");
     assert_eq!(get("v1beta1", ".spec.count")?, "conv.fabrik.dev/v1beta1 5");
+    let seen = hook_server.received_at("/allow");
+    let seen = &seen.first().expect("the v1 webhook was called").review["request"];
+    assert_eq!(seen["kind"]["version"], "v1");
+    assert_eq!(seen["requestKind"]["version"], "v1beta1");
+    assert_eq!(seen["object"]["apiVersion"], "conv.fabrik.dev/v1");
+    assert_eq!(seen["object"]["spec"]["size"], 5);
     assert!(kc_ok(
         k,
         &cfg,

@@ -85,6 +85,13 @@ impl Follower {
         let rbac = server.authorizer().cache().clone();
         let tasks = vec![
             tokio::spawn(rbac.clone().run(registry.clone(), server.shutdown_signal())),
+            // Aggregated APIs' availability and discovery (both replicas write the same
+            // conditions, only when they change).
+            tokio::spawn(fabrik_apiserver::aggregation::available::run(
+                server.aggregator().clone(),
+                registry.clone(),
+                server.shutdown_signal(),
+            )),
             tokio::spawn(crds.run(registry, server.shutdown_signal())),
         ];
         rbac.synced().await;

@@ -608,7 +608,8 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
         }
         let old = match req.op {
             fabrik_apiserver::admission::Operation::Update
-            | fabrik_apiserver::admission::Operation::Delete => old,
+            | fabrik_apiserver::admission::Operation::Delete
+            | fabrik_apiserver::admission::Operation::Connect => old,
             fabrik_apiserver::admission::Operation::Create => None,
         };
         let mut checked = syncer::admission::check(group, plural, obj, old, &policy);

@@ -14,7 +14,8 @@
 //! mutated, and quotas count only what everything else admitted, never holding their guard
 //! while a webhook is called.
 //!
-//! Deletes are admitted too ([`Chain::validate_delete`]), by the plugins that look at them.
+//! Deletes and connections to pods are admitted too ([`Chain::validate_delete`],
+//! [`Chain::validate_connect`]), by the plugins that look at them.
 
 pub mod cluster_quota;
 pub mod limit_ranger;
@@ -45,6 +46,9 @@ pub enum Operation {
     Update,
     /// A delete (only [`Admission::validate_delete`] sees it).
     Delete,
+    /// A connection to a pod (`exec`, `attach`, `portforward`; only
+    /// [`Admission::validate_connect`] sees it).
+    Connect,
 }
 
 impl Operation {
@@ -54,6 +58,7 @@ impl Operation {
             Operation::Create => "CREATE",
             Operation::Update => "UPDATE",
             Operation::Delete => "DELETE",
+            Operation::Connect => "CONNECT",
         }
     }
 }
@@ -164,6 +169,17 @@ pub trait Admission: Send + Sync {
         old: Option<&Value>,
     ) -> Result<Verdict, ApiError>;
 
+    /// Admits a connection to object `name` with `options` (`PodExecOptions`, ...); most
+    /// plugins admit every connection.
+    async fn validate_connect(
+        &self,
+        _req: &Request<'_>,
+        _name: &str,
+        _options: &Value,
+    ) -> Result<Verdict, ApiError> {
+        Ok(Verdict::ok())
+    }
+
     /// Admits the delete of `old` (the stored object); most plugins admit every delete.
     async fn validate_delete(&self, _req: &Request<'_>, _old: &Value) -> Result<Verdict, ApiError> {
         Ok(Verdict::ok())
@@ -236,6 +252,21 @@ impl Chain {
             if let Some(h) = v.hold {
                 out._holds.push(h);
             }
+        }
+        Ok(out)
+    }
+
+    /// Admits a connection to `name` with `options` by every plugin.
+    pub async fn validate_connect(
+        &self,
+        req: &Request<'_>,
+        name: &str,
+        options: &Value,
+    ) -> Result<Admitted, ApiError> {
+        let mut out = Admitted::default();
+        for p in self.snapshot() {
+            let v = p.validate_connect(req, name, options).await?;
+            out.warnings.extend(v.warnings);
         }
         Ok(out)
     }

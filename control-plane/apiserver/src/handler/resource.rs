@@ -4,6 +4,44 @@
 
 use super::*;
 
+/// The options object of a pod connection, from its query (`PodExecOptions`,
+/// `PodAttachOptions`, `PodPortForwardOptions`), as admission sees it.
+fn connect_options(sub: Subresource, raw_query: &str) -> Value {
+    let pairs: Vec<(String, String)> = form_urlencoded::parse(raw_query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect();
+    let all = |k: &str| -> Vec<String> {
+        pairs
+            .iter()
+            .filter(|(key, _)| key == k)
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    let first = |k: &str| all(k).into_iter().next();
+    let flag = |k: &str| first(k).is_some_and(|v| v == "true" || v == "1");
+    match sub {
+        Subresource::PortForward => json!({
+            "kind": "PodPortForwardOptions", "apiVersion": "v1",
+            "ports": all("ports").iter().filter_map(|p| p.parse::<u16>().ok()).collect::<Vec<_>>(),
+        }),
+        other => {
+            let mut o = json!({
+                "kind": if other == Subresource::Exec { "PodExecOptions" } else { "PodAttachOptions" },
+                "apiVersion": "v1",
+                "stdin": flag("stdin"), "stdout": flag("stdout"), "stderr": flag("stderr"),
+                "tty": flag("tty"),
+            });
+            if let Some(c) = first("container") {
+                o["container"] = json!(c);
+            }
+            if other == Subresource::Exec {
+                o["command"] = json!(all("command"));
+            }
+            o
+        }
+    }
+}
+
 impl ApiServer {
     pub(super) async fn serve_route(
         &self,
@@ -182,6 +220,15 @@ impl ApiServer {
                 Some(sub @ (Subresource::Exec | Subresource::Attach | Subresource::PortForward)),
             ) => {
                 let pod = reg.get(&def, ns, &name).await?;
+                reg.admit_connect(
+                    &def,
+                    ns,
+                    &name,
+                    sub.name(),
+                    &connect_options(sub, req.uri().query().unwrap_or("")),
+                    Some(&user),
+                )
+                .await?;
                 let streams = self.pod_streams.read().ok().and_then(|s| s.clone());
                 let Some(streams) = streams else {
                     return Err(ApiError::BadRequest(format!(

@@ -1191,6 +1191,34 @@ impl Registry {
         Err(ApiError::conflict(&def.group_resource(), name))
     }
 
+    /// Admits a connection to `name` (`sub`: `exec`, `attach`, `portforward`) with `options`
+    /// by `user`; returns the warnings.
+    pub async fn admit_connect(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        name: &str,
+        sub: &'static str,
+        options: &Value,
+        user: Option<&crate::auth::UserInfo>,
+    ) -> Result<Vec<String>> {
+        let areq = AdmissionRequest {
+            def,
+            op: AdmissionOp::Connect,
+            subresource: Some(sub),
+            namespace: ns.filter(|_| def.namespaced),
+            user,
+            dry_run: false,
+            registry: self,
+            warnings: Default::default(),
+        };
+        Ok(self
+            .admission
+            .validate_connect(&areq, name, options)
+            .await?
+            .warnings)
+    }
+
     /// Deletes every object a list selects; returns the deleted (or deleting) objects.
     pub async fn delete_collection(
         &self,

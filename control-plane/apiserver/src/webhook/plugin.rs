@@ -71,10 +71,15 @@ struct Subject<'a> {
     obj: Option<&'a Value>,
     old: Option<&'a Value>,
     namespace: Option<Value>,
+    /// The object's name where `obj` is not the object (CONNECT: its options).
+    name: Option<&'a str>,
 }
 
 impl Subject<'_> {
     fn name(&self) -> &str {
+        if let Some(n) = self.name {
+            return n;
+        }
         self.obj
             .or(self.old)
             .and_then(|o| o["metadata"]["name"].as_str())
@@ -149,6 +154,7 @@ impl Webhooks {
             obj,
             old,
             namespace,
+            name: None,
         }
     }
 
@@ -303,7 +309,7 @@ impl Webhooks {
         let review = json!({
             "apiVersion": format!("admission.k8s.io/{version}"),
             "kind": "AdmissionReview",
-            "request": request_for(s, &matched.def, &uid),
+            "request": request_for(s, &matched.def, &uid).await?,
         });
         let answer = self
             .caller
@@ -415,15 +421,15 @@ impl Webhooks {
         let Some(patch) = resp.patch else {
             return Ok(false);
         };
-        let mut patched =
-            fabrik_machinery::patch::json_patch(&at_version(&current, &matched.def), &patch)
-                .map_err(|e| {
-                    ApiError::Internal(format!(
-                        "failed calling webhook {:?}: its patch does not apply: {e}",
-                        hook.name()
-                    ))
-                })?;
+        let seen = at_version(req, &current, &matched.def).await?;
+        let patched = fabrik_machinery::patch::json_patch(&seen, &patch).map_err(|e| {
+            ApiError::Internal(format!(
+                "failed calling webhook {:?}: its patch does not apply: {e}",
+                hook.name()
+            ))
+        })?;
         // Back to the version the request was made in; what the schema does not know goes.
+        let mut patched = at_version(req, &patched, req.def).await?;
         patched["apiVersion"] = json!(req.def.api_version());
         patched["kind"] = json!(req.def.kind);
         req.def
@@ -441,8 +447,10 @@ impl Webhooks {
         req: &Request<'_>,
         obj: Option<&Value>,
         old: Option<&Value>,
+        name: Option<&str>,
     ) -> Result<Verdict, ApiError> {
-        let s = Self::subject(req, obj, old).await;
+        let mut s = Self::subject(req, obj, old).await;
+        s.name = name;
         let mut selected = Vec::new();
         for hook in hooks {
             if let Some(m) = self.matches(hook, &s)? {
@@ -517,7 +525,7 @@ impl Admission for Webhooks {
         if hooks.is_empty() {
             return Ok(Verdict::ok());
         }
-        self.run_validating(&hooks, req, Some(obj), old).await
+        self.run_validating(&hooks, req, Some(obj), old, None).await
     }
 
     async fn validate_delete(&self, req: &Request<'_>, old: &Value) -> Result<Verdict, ApiError> {
@@ -529,7 +537,26 @@ impl Admission for Webhooks {
         if hooks.is_empty() {
             return Ok(Verdict::ok());
         }
-        self.run_validating(&hooks, req, None, Some(old)).await
+        self.run_validating(&hooks, req, None, Some(old), None)
+            .await
+    }
+
+    async fn validate_connect(
+        &self,
+        req: &Request<'_>,
+        name: &str,
+        options: &Value,
+    ) -> Result<Verdict, ApiError> {
+        if exempt(req) {
+            return Ok(Verdict::ok());
+        }
+        let mut hooks = self.hooks(req, "mutatingwebhookconfigurations").await?;
+        hooks.extend(self.hooks(req, "validatingwebhookconfigurations").await?);
+        if hooks.is_empty() {
+            return Ok(Verdict::ok());
+        }
+        self.run_validating(&hooks, req, Some(options), None, Some(name))
+            .await
     }
 }
 
@@ -591,25 +618,38 @@ impl Webhooks {
     }
 }
 
-/// `obj` as the webhook asked to see it (another served version: the same fields under its
-/// `apiVersion`, as a `None` conversion gives).
-fn at_version(obj: &Value, def: &ResourceDef) -> Value {
-    let mut o = obj.clone();
-    if o.is_object() {
-        o["apiVersion"] = json!(def.api_version());
+/// `obj` at `def`'s version (another served version of the request's resource: converted as
+/// the registry converts it — the CRD's conversion webhook, or the same fields under the
+/// other `apiVersion`).
+async fn at_version(req: &Request<'_>, obj: &Value, def: &ResourceDef) -> Result<Value, ApiError> {
+    if !obj.is_object() || obj["apiVersion"].as_str() == Some(def.api_version().as_str()) {
+        return Ok(obj.clone());
     }
-    o
+    req.registry
+        .convert(def, vec![obj.clone()], &def.api_version())
+        .await?
+        .pop()
+        .ok_or_else(|| ApiError::Internal("conversion returned no object".into()))
 }
 
 /// The `request` of the review sent to a webhook that matched at `def`'s version.
-fn request_for(s: &Subject<'_>, def: &ResourceDef, uid: &str) -> Value {
+async fn request_for(s: &Subject<'_>, def: &ResourceDef, uid: &str) -> Result<Value, ApiError> {
     let mut r = request_json(s, &def.version, uid);
     r["kind"] = json!({"group": def.group, "version": def.version, "kind": def.kind});
     r["resource"] = json!({"group": def.group, "version": def.version, "resource": def.plural});
-    let null = Value::Null;
-    r["object"] = s.obj.map_or(null.clone(), |o| at_version(o, def));
-    r["oldObject"] = s.old.map_or(null, |o| at_version(o, def));
-    r
+    r["object"] = match s.obj {
+        Some(o) => at_version(s.req, o, def).await?,
+        None => Value::Null,
+    };
+    r["oldObject"] = match s.old {
+        Some(o) => at_version(s.req, o, def).await?,
+        None => Value::Null,
+    };
+    if s.req.op == Operation::Connect {
+        // The options object, as sent (PodExecOptions, ...).
+        r["object"] = s.obj.cloned().unwrap_or(Value::Null);
+    }
+    Ok(r)
 }
 
 /// The AdmissionRequest fields every webhook (and match condition) sees.
@@ -623,6 +663,7 @@ fn request_json(s: &Subject<'_>, version: &str, uid: &str) -> Value {
         Operation::Create => "CreateOptions",
         Operation::Update => "UpdateOptions",
         Operation::Delete => "DeleteOptions",
+        Operation::Connect => "",
     };
     let mut r = json!({
         "uid": uid,
@@ -634,7 +675,9 @@ fn request_json(s: &Subject<'_>, version: &str, uid: &str) -> Value {
         "operation": req.op.as_str(),
         "userInfo": user.unwrap_or_else(|| json!({})),
         "dryRun": req.dry_run,
-        "options": {"apiVersion": "meta.k8s.io/v1", "kind": options_kind},
+        "options": if options_kind.is_empty() { Value::Null } else {
+            json!({"apiVersion": "meta.k8s.io/v1", "kind": options_kind})
+        },
     });
     if let Some(ns) = req.namespace {
         r["namespace"] = json!(ns);
