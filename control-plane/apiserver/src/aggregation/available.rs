@@ -1,7 +1,8 @@
 //! The availability controller: for every APIService that names a Service, asks the backend
 //! for its discovery document (`GET /apis/<group>/<version>`, as `system:kube-aggregator` in
 //! `system:masters`, through the front proxy) on every change to an APIService and every
-//! [`RECHECK`] (sooner, [`RETRY`], while one is unavailable); sets the `Available` condition
+//! [`RECHECK`] (sooner, [`RETRY`], while one is unavailable; never while there is none); sets
+//! the `Available` condition
 //! (written only when it changes) and keeps the document for aggregated discovery.
 
 use std::sync::Arc;
@@ -129,10 +130,24 @@ async fn set_condition(
     }
 }
 
-/// One pass over every APIService; true when one is unavailable.
-pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> bool {
+/// What one pass found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Found {
+    /// No APIService names a Service: nothing to check until one changes.
+    Nothing,
+    /// Every backend answered.
+    Available,
+    /// Some backend did not.
+    Unavailable,
+}
+
+/// One pass over every APIService.
+pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> Found {
     let mut unavailable = false;
     let regs = aggregator.registrations(registry).await;
+    if regs.is_empty() {
+        return Found::Nothing;
+    }
     for reg in &regs {
         let outcome = check(aggregator, registry, reg).await;
         let written = match &outcome {
@@ -150,7 +165,11 @@ pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> bool {
             tracing::debug!(apiservice = reg.name(), error = %e, "cannot write the APIService's status");
         }
     }
-    unavailable
+    if unavailable {
+        Found::Unavailable
+    } else {
+        Found::Available
+    }
 }
 
 /// Runs until `shutdown` resolves.
@@ -165,8 +184,12 @@ pub async fn run(
     let mut wakeups = Wakeups::new(registry.clone(), def.key_prefix(None), shutdown);
     loop {
         wakeups.arm().await;
-        let unavailable = reconcile(&aggregator, &registry).await;
-        let next = if unavailable { RETRY } else { RECHECK };
+        let next = match reconcile(&aggregator, &registry).await {
+            Found::Unavailable => Some(RETRY),
+            Found::Available => Some(RECHECK),
+            // An idle tenant without APIServices costs no periodic pass.
+            Found::Nothing => None,
+        };
         if !wakeups.wait_at_most(next).await {
             return;
         }

@@ -57,17 +57,27 @@ impl Wakeups {
 
     /// Waits for the next reason to run; false once shutdown has begun.
     pub(crate) async fn wait(&mut self, pending: bool) -> bool {
-        self.wait_at_most(if pending {
+        self.wait_at_most(Some(if pending {
             Duration::from_millis(500)
         } else {
             Duration::from_secs(30)
-        })
+        }))
         .await
     }
 
-    /// Waits for a change, or `longest`; false once shutdown has begun.
-    pub(crate) async fn wait_at_most(&mut self, longest: Duration) -> bool {
-        let tick = tokio::time::sleep(longest);
+    /// Waits for a change, or `longest` (None: only a change); false once shutdown has begun.
+    pub(crate) async fn wait_at_most(&mut self, longest: Option<Duration>) -> bool {
+        // Without a running watch, changes cannot wake the pass: tick anyway.
+        let longest = match (&self.changes, longest) {
+            (None, None) => Some(Duration::from_secs(30)),
+            (_, l) => l,
+        };
+        let tick = async move {
+            match longest {
+                Some(d) => tokio::time::sleep(d).await,
+                None => std::future::pending().await,
+            }
+        };
         let changes = &mut self.changes;
         tokio::select! {
             _ = &mut self.shutdown => false,
