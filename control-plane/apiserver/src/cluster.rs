@@ -197,6 +197,7 @@ impl Cluster {
         tasks.push(tokio::spawn(crate::aggregation::available::run(
             server.aggregator.clone(),
             registry.clone(),
+            crate::aggregation::available::Role::Owner,
             server.shutdown_signal(),
         )));
         tasks.push(tokio::spawn(crds.run(registry, server.shutdown_signal())));

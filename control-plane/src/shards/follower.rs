@@ -85,11 +85,11 @@ impl Follower {
         let rbac = server.authorizer().cache().clone();
         let tasks = vec![
             tokio::spawn(rbac.clone().run(registry.clone(), server.shutdown_signal())),
-            // Aggregated APIs' availability and discovery (both replicas write the same
-            // conditions, only when they change).
+            // Aggregated APIs' discovery (the owner keeps their condition).
             tokio::spawn(fabrik_apiserver::aggregation::available::run(
                 server.aggregator().clone(),
                 registry.clone(),
+                fabrik_apiserver::aggregation::available::Role::Follower,
                 server.shutdown_signal(),
             )),
             tokio::spawn(crds.run(registry, server.shutdown_signal())),

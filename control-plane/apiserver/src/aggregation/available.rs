@@ -141,14 +141,35 @@ pub enum Found {
     Unavailable,
 }
 
+/// Whether a pass writes the `Available` condition (the replica that runs the cluster) or only
+/// fills the discovery cache (a follower: its checks would go out without the front-proxy
+/// certificate, and two writers would contradict each other).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Checks, caches and writes the condition.
+    Owner,
+    /// Caches the discovery of backends the owner reports available; writes nothing.
+    Follower,
+}
+
 /// One pass over every APIService.
-pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> Found {
+pub async fn reconcile(aggregator: &Aggregator, registry: &Registry, role: Role) -> Found {
     let mut unavailable = false;
     let regs = aggregator.registrations(registry).await;
     if regs.is_empty() {
         return Found::Nothing;
     }
     for reg in &regs {
+        if role == Role::Follower {
+            // The owner's verdict, and the discovery it found, from the backend directly.
+            if !reg.available() {
+                unavailable = true;
+                aggregator.remember(&reg.group_version(), None);
+            } else if let Ok(doc) = check(aggregator, registry, reg).await {
+                aggregator.remember(&reg.group_version(), Some(doc));
+            }
+            continue;
+        }
         let outcome = check(aggregator, registry, reg).await;
         let written = match &outcome {
             Ok(doc) => {
@@ -176,6 +197,7 @@ pub async fn reconcile(aggregator: &Aggregator, registry: &Registry) -> Found {
 pub async fn run(
     aggregator: Arc<Aggregator>,
     registry: Arc<Registry>,
+    role: Role,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let Some(def) = registry.resource(GROUP, "v1", "apiservices") else {
@@ -184,7 +206,7 @@ pub async fn run(
     let mut wakeups = Wakeups::new(registry.clone(), def.key_prefix(None), shutdown);
     loop {
         wakeups.arm().await;
-        let next = match reconcile(&aggregator, &registry).await {
+        let next = match reconcile(&aggregator, &registry, role).await {
             Found::Unavailable => Some(RETRY),
             Found::Available => Some(RECHECK),
             // An idle tenant without APIServices costs no periodic pass.
