@@ -8,6 +8,7 @@
 //! - `/count`: admits with a JSONPatch setting [`COUNT_LABEL`] to one more than the object has
 //!   (a reinvoked webhook is seen twice);
 //! - `/warn`: admits with the warning [`WARNING`];
+//! - `/move`: admits with a JSONPatch moving the object to `kube-system` (which must fail);
 //! - `/slow`: admits after [`SLOW`] (longer than a one-second timeout);
 //! - `/convert`: a CRD conversion webhook (ConversionReview) between `v1`, whose
 //!   `spec.size` is `v1beta1`'s `spec.count`.
@@ -234,6 +235,14 @@ async fn decide(path: &str, review: &Value) -> Result<Value> {
             merge(set_label(object, COUNT_LABEL, &(n + 1).to_string()));
         }
         "/warn" => merge(json!({"warnings": [WARNING]})),
+        "/move" => {
+            let patch =
+                json!([{"op": "replace", "path": "/metadata/namespace", "value": "kube-system"}]);
+            merge(json!({
+                "patchType": "JSONPatch",
+                "patch": base64::engine::general_purpose::STANDARD.encode(patch.to_string()),
+            }));
+        }
         "/slow" => tokio::time::sleep(SLOW).await,
         "/convert" => {}
         other => return Err(anyhow!("no such webhook path {other}")),

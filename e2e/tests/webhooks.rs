@@ -344,6 +344,40 @@ fn tenant_webhooks_mutate_refuse_warn_and_fail_as_configured() -> Result<()> {
         "{err}"
     );
 
+    // A mutating webhook may not move the object to another namespace.
+    let mover = Hook {
+        name: "move.test.fabrik.dev",
+        path: "/move",
+        resources: "podtemplates",
+        operations: "CREATE",
+        extra: "",
+    };
+    apply_ok(
+        k,
+        &cfg,
+        &config(
+            "MutatingWebhookConfiguration",
+            "mover",
+            &hook(&mover, "hook", &ca),
+        ),
+    )?;
+    let out = apply(
+        k,
+        &cfg,
+        "apiVersion: v1\nkind: PodTemplate\nmetadata: {name: moved}\ntemplate:\n  spec:\n    containers: [{name: c, image: busybox}]\n",
+    )?;
+    assert!(!out.status.success(), "the object was moved");
+    assert!(
+        stderr(&out).contains("changes metadata.namespace"),
+        "{}",
+        stderr(&out)
+    );
+    kc_ok(
+        k,
+        &cfg,
+        &["delete", "mutatingwebhookconfiguration", "mover"],
+    )?;
+
     // Connections to pods are admitted too (CONNECT, with the options as the object).
     let no_exec = Hook {
         name: "no-exec.test.fabrik.dev",

@@ -436,6 +436,16 @@ impl Webhooks {
             .schemas
             .get()
             .prune_unknown(&req.def.definition, &mut patched);
+        // A webhook may not move the object: its name (once set), namespace and uid stay.
+        for field in ["name", "namespace", "uid"] {
+            let before = &current["metadata"][field];
+            if !before.is_null() && patched["metadata"][field] != *before {
+                return Err(ApiError::Internal(format!(
+                    "failed calling webhook {:?}: its patch changes metadata.{field}, which a webhook may not change",
+                    hook.name()
+                )));
+            }
+        }
         let changed = patched != *obj;
         *obj = patched;
         Ok(changed)
