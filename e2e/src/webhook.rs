@@ -11,7 +11,7 @@
 //! - `/move`: admits with a JSONPatch moving the object to `kube-system` (which must fail);
 //! - `/slow`: admits after [`SLOW`] (longer than a one-second timeout);
 //! - `/convert`: a CRD conversion webhook (ConversionReview) between `v1`, whose
-//!   `spec.size` is `v1beta1`'s `spec.count`.
+//!   `spec.size` is `v1beta1`'s `spec.count` (adding a `spec.stray` no schema knows).
 //!
 //! Anything else is a 404. Started with `--local-backends` covering its port, a Service
 //! annotated `sim.fabrik.dev/local-port: <port>` is served by it.
@@ -184,6 +184,8 @@ fn convert(review: &Value) -> Value {
                 if let Some(v) = spec.remove(from) {
                     spec.insert(to.to_string(), v);
                 }
+                // A field neither version's schema knows: the server must prune it.
+                spec.insert("stray".to_string(), json!("from the converter"));
             }
             o["apiVersion"] = json!(desired);
             o

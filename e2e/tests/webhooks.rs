@@ -726,6 +726,21 @@ fn a_crd_conversion_webhook_converts_reads_writes_lists_and_watches() -> Result<
         ]
     )?
     .is_empty());
+    // What the converter added outside the schemas is pruned, stored or served.
+    for version in ["v1", "v1beta1"] {
+        let stray = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                &format!("widgets.{version}.conv.fabrik.dev"),
+                "w",
+                "-o",
+                "jsonpath={.spec.stray}",
+            ],
+        )?;
+        assert!(stray.is_empty(), "{version}: {stray}");
+    }
     // A list and a patch at v1beta1.
     let list = kc_ok(
         k,

@@ -311,10 +311,19 @@ impl Registry {
             .and_then(|c| c.clone())
             .ok_or_else(|| ApiError::Internal("conversion webhooks are not set up".into()))?;
         // Boxed: the call reads the webhook's Service through this registry.
-        Box::pin(crate::webhook::conversion::convert(
+        let mut out = Box::pin(crate::webhook::conversion::convert(
             &caller, self, def, webhook, objects, desired,
         ))
-        .await
+        .await?;
+        // What the webhook wrote is pruned to the schema of the version it is now at, as a
+        // request body would be, before it is stored or served.
+        let version = desired.rsplit('/').next().unwrap_or(desired);
+        if let Some(target) = self.catalog.get(&def.group, version, &def.plural) {
+            for o in &mut out {
+                target.schemas.get().prune_unknown(&target.definition, o);
+            }
+        }
+        Ok(out)
     }
 
     /// A stored object as `def` serves it (converted by the CRD's webhook where it has one).

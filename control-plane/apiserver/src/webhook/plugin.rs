@@ -140,15 +140,20 @@ impl Webhooks {
             .collect())
     }
 
-    async fn subject<'a>(
+    /// The request's namespace object (for `namespaceSelector`), read once per request.
+    async fn namespace_of(req: &Request<'_>) -> Option<Value> {
+        match (req.namespace, req.registry.resource("", "v1", "namespaces")) {
+            (Some(ns), Some(def)) => req.registry.get(&def, None, ns).await.ok(),
+            _ => None,
+        }
+    }
+
+    fn subject<'a>(
         req: &'a Request<'a>,
         obj: Option<&'a Value>,
         old: Option<&'a Value>,
+        namespace: Option<Value>,
     ) -> Subject<'a> {
-        let namespace = match (req.namespace, req.registry.resource("", "v1", "namespaces")) {
-            (Some(ns), Some(def)) => req.registry.get(&def, None, ns).await.ok(),
-            _ => None,
-        };
         Subject {
             req,
             obj,
@@ -375,10 +380,14 @@ impl Webhooks {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
+        let namespace = Self::namespace_of(req).await;
         let mut called = Vec::new();
         let mut last_change = None;
         for (i, hook) in hooks.iter().enumerate() {
-            if self.mutate_once(hook, req, obj, old).await? {
+            if self
+                .mutate_once(hook, req, obj, old, namespace.as_ref())
+                .await?
+            {
                 last_change = Some(i);
             }
             called.push(i);
@@ -390,7 +399,8 @@ impl Webhooks {
         for i in called.into_iter().filter(|i| *i < last) {
             let hook = &hooks[i];
             if hook.spec["reinvocationPolicy"].as_str() == Some("IfNeeded") {
-                self.mutate_once(hook, req, obj, old).await?;
+                self.mutate_once(hook, req, obj, old, namespace.as_ref())
+                    .await?;
             }
         }
         Ok(())
@@ -403,9 +413,10 @@ impl Webhooks {
         req: &Request<'_>,
         obj: &mut Value,
         old: Option<&Value>,
+        namespace: Option<&Value>,
     ) -> Result<bool, ApiError> {
         let current = obj.clone();
-        let s = Self::subject(req, Some(&current), old).await;
+        let s = Self::subject(req, Some(&current), old, namespace.cloned());
         let Some(matched) = self.matches(hook, &s)? else {
             return Ok(false);
         };
@@ -459,7 +470,7 @@ impl Webhooks {
         old: Option<&Value>,
         name: Option<&str>,
     ) -> Result<Verdict, ApiError> {
-        let mut s = Self::subject(req, obj, old).await;
+        let mut s = Self::subject(req, obj, old, Self::namespace_of(req).await);
         s.name = name;
         let mut selected = Vec::new();
         for hook in hooks {
