@@ -96,6 +96,40 @@ pub fn kc_ok(k: &Kubectl, kubeconfig: &Path, args: &[&str]) -> Result<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// `kubectl apply -f` of `yaml` (through a temporary file) with `kubeconfig`: its output,
+/// whatever its exit status.
+pub fn kc_apply(k: &Kubectl, kubeconfig: &Path, yaml: &str) -> Result<Output> {
+    let file = tempfile::NamedTempFile::new()?;
+    std::fs::write(file.path(), yaml)?;
+    let path = file.path().display().to_string();
+    kc(k, kubeconfig, &["apply", "-f", &path])
+}
+
+/// [`kc_apply`]: its stdout, or an error with its stderr.
+pub fn kc_apply_ok(k: &Kubectl, kubeconfig: &Path, yaml: &str) -> Result<String> {
+    let out = kc_apply(k, kubeconfig, yaml)?;
+    if !out.status.success() {
+        bail!("kubectl apply: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Calls `check` every 200 ms until it returns true; an error naming `what` after `within`.
+pub fn poll_until(
+    what: &str,
+    within: std::time::Duration,
+    mut check: impl FnMut() -> Result<bool>,
+) -> Result<()> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        if check()? {
+            return Ok(());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    bail!("timed out waiting for {what}")
+}
+
 /// A running `fabrik up` with its own data directory.
 pub struct Fabrik {
     child: Option<Child>,
@@ -455,6 +489,35 @@ pub struct Helm {
     pub major: String,
     /// The executable.
     pub path: PathBuf,
+}
+
+impl Helm {
+    /// Runs this Helm against `kubeconfig` with its state under `home`: its output, whatever its
+    /// exit status.
+    pub fn run(&self, home: &Path, kubeconfig: &Path, args: &[&str]) -> Result<Output> {
+        Ok(Command::new(&self.path)
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("HOME", home)
+            .env("HELM_CACHE_HOME", home.join("helm-cache"))
+            .env("HELM_CONFIG_HOME", home.join("helm-config"))
+            .env("HELM_DATA_HOME", home.join("helm-data"))
+            .output()?)
+    }
+
+    /// [`Helm::run`]: its stdout, or an error with its output.
+    pub fn run_ok(&self, home: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String> {
+        let out = self.run(home, kubeconfig, args)?;
+        if !out.status.success() {
+            bail!(
+                "helm {} {args:?}: {}\n{}",
+                self.major,
+                String::from_utf8_lossy(&out.stderr),
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
 }
 
 /// Helm 3 and Helm 4 from `.tools/bin`.

@@ -5,37 +5,16 @@
 //! name only the tenant's own Services.
 
 use std::path::Path;
-use std::process::Output;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use e2e::aggregated::{TestApiServer, GROUP};
 use e2e::{kc, kc_ok, kubectls, Fabrik, Kubectl};
 
-fn apply(k: &Kubectl, cfg: &Path, yaml: &str) -> Result<Output> {
-    let file = tempfile::NamedTempFile::new()?;
-    std::fs::write(file.path(), yaml)?;
-    let path = file.path().display().to_string();
-    kc(k, cfg, &["apply", "-f", &path])
-}
+use e2e::kc_apply_ok as apply_ok;
 
-fn apply_ok(k: &Kubectl, cfg: &Path, yaml: &str) -> Result<()> {
-    let out = apply(k, cfg, yaml)?;
-    if !out.status.success() {
-        bail!("apply failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(())
-}
-
-fn poll(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(60) {
-        if check()? {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    bail!("timed out waiting for {what}")
+fn poll(what: &str, check: impl FnMut() -> Result<bool>) -> Result<()> {
+    e2e::poll_until(what, Duration::from_secs(60), check)
 }
 
 fn api_service(service: &str, ca: &str) -> String {

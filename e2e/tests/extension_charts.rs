@@ -5,11 +5,16 @@
 //! test`, and `helm uninstall` leaving nothing of the release behind.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
-use e2e::{helms, kc, kc_ok, kubectls, Fabrik, Helm, Kubectl};
+use e2e::{helms, kc_ok, kubectls, Fabrik, Kubectl};
+
+use e2e::kc_apply as apply;
+
+fn poll(what: &str, check: impl FnMut() -> Result<bool>) -> Result<()> {
+    e2e::poll_until(what, Duration::from_secs(90), check)
+}
 
 const CHART: &[(&str, &str)] = &[
     (
@@ -157,48 +162,6 @@ fn write_chart(dir: &Path) -> Result<PathBuf> {
     Ok(chart)
 }
 
-fn helm(h: &Helm, home: &Path, kubeconfig: &Path, args: &[&str]) -> Result<Output> {
-    Ok(Command::new(&h.path)
-        .args(args)
-        .env("KUBECONFIG", kubeconfig)
-        .env("HOME", home)
-        .env("HELM_CACHE_HOME", home.join("helm-cache"))
-        .env("HELM_CONFIG_HOME", home.join("helm-config"))
-        .env("HELM_DATA_HOME", home.join("helm-data"))
-        .output()?)
-}
-
-fn helm_ok(h: &Helm, home: &Path, kubeconfig: &Path, args: &[&str]) -> Result<String> {
-    let out = helm(h, home, kubeconfig, args)?;
-    if !out.status.success() {
-        bail!(
-            "helm {} {args:?}: {}\n{}",
-            h.major,
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
-fn poll(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(90) {
-        if check()? {
-            return Ok(());
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    bail!("timed out waiting for {what}")
-}
-
-fn apply(k: &Kubectl, cfg: &Path, yaml: &str) -> Result<Output> {
-    let file = tempfile::NamedTempFile::new()?;
-    std::fs::write(file.path(), yaml)?;
-    let path = file.path().display().to_string();
-    kc(k, cfg, &["apply", "-f", &path])
-}
-
 /// Everything of release `rel` that `helm uninstall` must remove, as `kind/name` lines.
 fn leftovers(k: &Kubectl, cfg: &Path, rel: &str) -> Result<Vec<String>> {
     let mut out = Vec::new();
@@ -237,8 +200,7 @@ fn an_operator_chart_with_webhooks_and_an_apiservice_installs_tests_and_uninstal
             let home = f.data_dir().join(format!("helm{}", h.major));
             std::fs::create_dir_all(&home)?;
             let rel = format!("gadgets{}", h.major);
-            let out = helm_ok(
-                &h,
+            let out = h.run_ok(
                 &home,
                 &cfg,
                 &["install", &rel, &chart_path, "--wait", "--timeout", "90s"],
@@ -286,13 +248,12 @@ fn an_operator_chart_with_webhooks_and_an_apiservice_installs_tests_and_uninstal
                 )?;
                 Ok(c == "False")
             })?;
-            let tested = helm_ok(&h, &home, &cfg, &["test", &rel, "--timeout", "60s"])?;
+            let tested = h.run_ok(&home, &cfg, &["test", &rel, "--timeout", "60s"])?;
             if !tested.contains("Succeeded") {
                 bail!("helm test: {tested}");
             }
             kc_ok(k, &cfg, &["delete", "gadget", "first"])?;
-            helm_ok(
-                &h,
+            h.run_ok(
                 &home,
                 &cfg,
                 &["uninstall", &rel, "--wait", "--timeout", "60s"],
