@@ -236,5 +236,27 @@ fn kubectl_top_works_in_the_host_and_in_a_tenant_without_metrics_server() -> Res
         &cfg,
         &["get", "--raw", "/apis/metrics.k8s.io/v1beta1/pods"],
     )?;
+    // metrics-server installed as a chart installs it: its pods run on simulated nodes, so
+    // the simulation answers for them — available, and `kubectl top` keeps working.
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: metrics-server, namespace: kube-system}\nspec:\n  selector: {matchLabels: {k8s-app: metrics-server}}\n  template:\n    metadata: {labels: {k8s-app: metrics-server}}\n    spec:\n      containers:\n      - {name: metrics-server, image: registry.k8s.io/metrics-server/metrics-server:v0.7.2, ports: [{containerPort: 10250, name: https}]}\n---\napiVersion: v1\nkind: Service\nmetadata: {name: metrics-server, namespace: kube-system}\nspec:\n  selector: {k8s-app: metrics-server}\n  ports: [{port: 443, targetPort: https, name: https}]\n---\napiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1beta1.metrics.k8s.io}\nspec:\n  group: metrics.k8s.io\n  version: v1beta1\n  service: {namespace: kube-system, name: metrics-server}\n  insecureSkipTLSVerify: true\n  groupPriorityMinimum: 100\n  versionPriority: 100\n",
+    )?;
+    poll("the simulated metrics-server available", || {
+        Ok(kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "apiservice",
+                "v1beta1.metrics.k8s.io",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+            ],
+        )? == "True")
+    })?;
+    let top = kc_ok(k, &cfg, &["top", "pod", "busy", "--no-headers"])?;
+    assert!(top.contains("250m"), "{top}");
     Ok(())
 }

@@ -232,8 +232,8 @@ fn an_operator_chart_with_webhooks_and_an_apiservice_installs_tests_and_uninstal
             if beta != "fixture.fabrik.dev/v1beta1" {
                 bail!("v1beta1 view: {beta}");
             }
-            // The operator's APIService is registered; its backend is simulated, so it is not
-            // available — and says so.
+            // The operator's APIService is registered; its backend runs on simulated nodes,
+            // whose simulation serves the group with no resources: available, and listed.
             poll("the APIService's condition", || {
                 let c = kc_ok(
                     k,
@@ -246,8 +246,20 @@ fn an_operator_chart_with_webhooks_and_an_apiservice_installs_tests_and_uninstal
                         "jsonpath={.status.conditions[0].status}",
                     ],
                 )?;
-                Ok(c == "False")
+                Ok(c == "True")
             })?;
+            let doc = kc_ok(
+                k,
+                &cfg,
+                &["get", "--raw", "/apis/stats.fixture.fabrik.dev/v1alpha1"],
+            )?;
+            if !doc.contains("\"resources\":[]") {
+                bail!("simulated discovery: {doc}");
+            }
+            let versions = kc_ok(k, &cfg, &["api-versions"])?;
+            if !versions.contains("stats.fixture.fabrik.dev/v1alpha1") {
+                bail!("api-versions: {versions}");
+            }
             let tested = h.run_ok(&home, &cfg, &["test", &rel, "--timeout", "60s"])?;
             if !tested.contains("Succeeded") {
                 bail!("helm test: {tested}");

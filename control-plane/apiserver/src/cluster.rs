@@ -166,9 +166,7 @@ impl Cluster {
         let (stop, stop_rx) = watch::channel(false);
         let server = ApiServer::new(registry.clone(), settings, stop_rx)?;
         // The front proxy of API aggregation presents a client certificate of this cluster's CA.
-        let proxy = ca.issue_client(crate::aggregation::FRONT_PROXY_NAME, None)?;
-        let identity = format!("{}{}", proxy.cert_pem, proxy.key_pem);
-        if let Err(e) = server.aggregator.set_identity(identity.as_bytes()) {
+        if let Err(e) = server.aggregator.issue_identity(&ca) {
             tracing::warn!(error = %e, "API aggregation runs without a front-proxy identity");
         }
         let mut tasks = Vec::new();

@@ -197,8 +197,20 @@ impl ApiServer {
         registry.add_admission(Arc::new(crate::rbac::escalation::Escalation::new(
             authz.clone(),
         )));
+        let mut builtin = std::collections::HashMap::new();
+        if settings.resource_metrics.is_some() {
+            let list = crate::resource_metrics::resource_list();
+            builtin.insert(
+                list["groupVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                list,
+            );
+        }
         let aggregator = Arc::new(crate::aggregation::Aggregator::new(
             settings.webhooks.clone(),
+            builtin,
         ));
         Ok(Arc::new_cyclic(|me| ApiServer {
             registry,

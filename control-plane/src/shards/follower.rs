@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use fabrik_apiserver::admission::Admission;
 use fabrik_apiserver::controllers::crd::CrdController;
+use fabrik_apiserver::pki::Ca;
 use fabrik_apiserver::registry::Registry;
 use fabrik_apiserver::resources::Catalog;
 use fabrik_apiserver::router::Router;
@@ -60,6 +61,7 @@ impl Follower {
         store: Arc<dyn Store>,
         settings: Settings,
         admission: Vec<Arc<dyn Admission>>,
+        ca: Option<&Ca>,
     ) -> Result<Follower, Error> {
         let registry = Arc::new(
             Registry::new(store, Arc::new(Catalog::builtin()))
@@ -81,6 +83,18 @@ impl Follower {
             })?;
         for plugin in admission {
             server.registry().add_admission(plugin);
+        }
+        // The same front-proxy identity as the owner's (its own certificate of the tenant's CA),
+        // so aggregated APIs trust requests proxied through any replica.
+        match ca.map(|ca| server.aggregator().issue_identity(ca)) {
+            Some(Ok(())) => {}
+            Some(Err(e)) => {
+                tracing::warn!(tenant, error = %e, "API aggregation runs without a front-proxy identity")
+            }
+            None => tracing::warn!(
+                tenant,
+                "the tenant's CA key is not readable: API aggregation runs without a front-proxy identity"
+            ),
         }
         let rbac = server.authorizer().cache().clone();
         let tasks = vec![
@@ -137,12 +151,13 @@ impl Followers {
         store: Arc<dyn Store>,
         settings: Settings,
         admission: Vec<Arc<dyn Admission>>,
+        ca: Option<&Ca>,
     ) -> Result<(), Error> {
         if self.contains(tenant).await {
             return Ok(());
         }
         let client_ca = settings.auth.client_ca_pem.clone().unwrap_or_default();
-        let follower = Follower::start(tenant, store, settings, admission).await?;
+        let follower = Follower::start(tenant, store, settings, admission, ca).await?;
         // The router checks nothing here; the tenant's server verifies client certificates.
         router.add_tenant(tenant, follower.server.clone(), &client_ca);
         tracing::info!(

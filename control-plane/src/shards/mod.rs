@@ -259,7 +259,7 @@ impl Shards {
         if self.followers.contains(&name).await {
             return Ok(Action::requeue(Duration::from_secs(600)));
         }
-        let Some((ca_pem, sa_key)) = tenant_ca(host, &name).await? else {
+        let Some((ca_pem, sa_key, ca)) = tenant_ca(host, &name).await? else {
             // The owner has not set the tenant up yet.
             return Ok(Action::requeue(Duration::from_secs(1)));
         };
@@ -277,7 +277,7 @@ impl Shards {
         settings.auth.service_account_issuer = endpoint;
         settings.auth.client_ca_pem = Some(ca_pem);
         self.followers
-            .follow(&name, router, store, settings, admission)
+            .follow(&name, router, store, settings, admission, ca.as_ref())
             .await?;
         Ok(Action::requeue(Duration::from_secs(600)))
     }
@@ -450,7 +450,13 @@ impl Shards {
 async fn tenant_ca(
     host: &kube::Client,
     tenant: &str,
-) -> Result<Option<(String, Arc<fabrik_apiserver::auth::SigningKey>)>> {
+) -> Result<
+    Option<(
+        String,
+        Arc<fabrik_apiserver::auth::SigningKey>,
+        Option<fabrik_apiserver::pki::Ca>,
+    )>,
+> {
     let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> =
         kube::Api::namespaced(host.clone(), &fabrik_api::tenant::host_namespace(tenant));
     let secret = secrets
@@ -475,7 +481,15 @@ async fn tenant_ca(
     };
     let key = fabrik_apiserver::auth::SigningKey::from_pem(&key)
         .map_err(|_| Error::BadCa(tenant.to_string()))?;
-    Ok(Some((cert, Arc::new(key))))
+    // The CA's key lets this replica issue its own front-proxy certificate (API aggregation).
+    let ca = match text("ca.key") {
+        Some(ca_key) => Some(
+            fabrik_apiserver::pki::Ca::from_pem(&cert, &ca_key)
+                .map_err(|_| Error::BadCa(tenant.to_string()))?,
+        ),
+        None => None,
+    };
+    Ok(Some((cert, Arc::new(key), ca)))
 }
 
 #[cfg(test)]

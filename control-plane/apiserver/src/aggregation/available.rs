@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{Aggregator, Registration, GROUP};
+use super::{Aggregator, Backend, Registration, GROUP};
 use crate::controllers::Wakeups;
 use crate::error::ApiError;
 use crate::registry::{object, Part, Registry, WriteOptions};
@@ -28,7 +28,7 @@ async fn check(
     registry: &Registry,
     reg: &Registration,
 ) -> Result<Value, (&'static str, String)> {
-    let (mut url, client) = aggregator.target(registry, reg).await.map_err(|e| {
+    let backend = aggregator.target(registry, reg).await.map_err(|e| {
         let reason = match &e {
             ApiError::Unavailable(m) if m.contains("not found") => "ServiceNotFound",
             ApiError::Unavailable(m) if m.contains("no endpoints") => "MissingEndpoints",
@@ -36,6 +36,10 @@ async fn check(
         };
         (reason, e.to_string())
     })?;
+    let (mut url, client) = match backend {
+        Backend::Http { base, client } => (base, client),
+        Backend::Simulated => return Ok(aggregator.simulated_discovery(reg)),
+    };
     url.set_path(&format!("/apis/{}/{}", reg.group, reg.version));
     let failed = |m: String| {
         (
@@ -142,8 +146,8 @@ pub enum Found {
 }
 
 /// Whether a pass writes the `Available` condition (the replica that runs the cluster) or only
-/// fills the discovery cache (a follower: its checks would go out without the front-proxy
-/// certificate, and two writers would contradict each other).
+/// fills the discovery cache (a follower: two writers whose checks disagreed for a moment
+/// would flap the condition).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
     /// Checks, caches and writes the condition.

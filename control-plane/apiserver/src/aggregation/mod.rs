@@ -12,8 +12,14 @@
 //! - the proxy itself is a stage of the request pipeline (`handler/aggregated.rs`).
 //!
 //! Services are reached as admission webhooks' are ([`crate::webhook::Caller`]: the
-//! cluster's backends, so a tenant's APIService calls only its own Service); an APIService
-//! whose pods run on simulated nodes is unavailable (nothing serves it).
+//! cluster's backends, so a tenant's APIService calls only its own Service).
+//!
+//! An APIService whose Service's pods all run on simulated nodes ([`Backend::Simulated`]) is
+//! answered by the simulation, as simulated pods answer admission webhooks: a group and version
+//! the cluster implements itself (the resource metrics API — so installing metrics-server on
+//! `fabrik up` behaves as on a real cluster, `kubectl top` included) is served by that
+//! implementation; any other group is an available API with no resources (a metrics adapter
+//! with nothing to report). Nothing is ever proxied to a simulated pod.
 
 pub mod apiservice;
 pub mod authentication;
@@ -37,9 +43,25 @@ pub const GROUP: &str = "apiregistration.k8s.io";
 /// `requestheader-allowed-names` lists.
 pub const FRONT_PROXY_NAME: &str = "front-proxy-client";
 
+/// Where an APIService's requests go.
+pub enum Backend {
+    /// A server at `base`, called with `client`.
+    Http {
+        /// The backend's base URL.
+        base: reqwest::Url,
+        /// The client (the APIService's CA, the front-proxy identity).
+        client: reqwest::Client,
+    },
+    /// Pods on simulated nodes: the simulation answers (see the module docs).
+    Simulated,
+}
+
 /// The aggregation layer of one cluster.
 pub struct Aggregator {
     settings: WebhookSettings,
+    /// The discovery documents of the group versions this cluster implements itself (what
+    /// a simulated backend of the same group version serves).
+    builtin: HashMap<String, Value>,
     caller: RwLock<Arc<Caller>>,
     /// The last discovery document of each available group version (`group/version`).
     discovery: Mutex<HashMap<String, Value>>,
@@ -89,10 +111,12 @@ impl Registration {
 
 impl Aggregator {
     /// The aggregation layer of a cluster whose Services are reached as `settings` say.
-    pub fn new(settings: WebhookSettings) -> Aggregator {
+    /// `builtin`: `group/version` → discovery document of the APIs it implements itself.
+    pub fn new(settings: WebhookSettings, builtin: HashMap<String, Value>) -> Aggregator {
         let caller = Caller::new(settings.targets.clone(), settings.backends.clone());
         Aggregator {
             settings,
+            builtin,
             caller: RwLock::new(Arc::new(caller)),
             discovery: Mutex::default(),
         }
@@ -110,6 +134,16 @@ impl Aggregator {
             *c = Arc::new(caller);
         }
         Ok(())
+    }
+
+    /// Issues the front proxy's client certificate from the cluster's client CA `ca` and
+    /// presents it to backends. Every server of a cluster (owner or follower) issues its own;
+    /// backends trust any of them, since they trust the CA and the name.
+    pub fn issue_identity(&self, ca: &crate::pki::Ca) -> Result<(), CallError> {
+        let proxy = ca
+            .issue_client(FRONT_PROXY_NAME, None)
+            .map_err(|e| CallError(format!("cannot issue the front-proxy certificate: {e}")))?;
+        self.set_identity(format!("{}{}", proxy.cert_pem, proxy.key_pem).as_bytes())
     }
 
     fn caller(&self) -> Option<Arc<Caller>> {
@@ -156,12 +190,32 @@ impl Aggregator {
         out
     }
 
-    /// Where the backend of `reg` is, as an HTTPS base URL and client.
+    /// Whether the cluster implements `group_version` itself.
+    pub fn implements(&self, group_version: &str) -> bool {
+        self.builtin.contains_key(group_version)
+    }
+
+    /// The discovery document a simulated backend of `reg` answers with.
+    pub fn simulated_discovery(&self, reg: &Registration) -> Value {
+        self.builtin
+            .get(&reg.group_version())
+            .cloned()
+            .unwrap_or_else(|| {
+                serde_json::json!({
+                    "kind": "APIResourceList",
+                    "apiVersion": "v1",
+                    "groupVersion": reg.group_version(),
+                    "resources": [],
+                })
+            })
+    }
+
+    /// Where the backend of `reg` is.
     pub async fn target(
         &self,
         registry: &Registry,
         reg: &Registration,
-    ) -> Result<(reqwest::Url, reqwest::Client), ApiError> {
+    ) -> Result<Backend, ApiError> {
         let unavailable = |why: String| {
             ApiError::Unavailable(format!(
                 "the aggregated API {} is not available: {why}",
@@ -198,12 +252,10 @@ impl Aggregator {
             )
             .await
             .map_err(|e| unavailable(e.0))?;
-        match target {
-            ServiceTarget::Http { base, client } => Ok((base, client)),
-            ServiceTarget::Simulated => Err(unavailable(
-                "its Service's pods run on simulated nodes, where nothing serves it".into(),
-            )),
-        }
+        Ok(match target {
+            ServiceTarget::Http { base, client } => Backend::Http { base, client },
+            ServiceTarget::Simulated => Backend::Simulated,
+        })
     }
 
     /// A slot of the cluster's calls in flight.

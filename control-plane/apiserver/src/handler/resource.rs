@@ -53,7 +53,7 @@ impl ApiServer {
         seat: &mut Option<crate::fairness::Seat>,
     ) -> Result<Reply> {
         if let Some(reg) = self.aggregated(&route).await {
-            return self.proxy(req, query, reg, &user).await;
+            return self.proxy(req, route, query, reg, &user).await;
         }
         if self.serves_metrics(&route) {
             return self.metrics_api(route, query).await;
