@@ -16,7 +16,6 @@ use super::rules::{self, selector_matches, strings, RuleTarget};
 use super::{Admission, Operation, Request, Verdict};
 use crate::cel_limits::{self, Budget};
 use crate::error::ApiError;
-use crate::registry::ListParams;
 use crate::strategy::invalid;
 
 /// The plugin.
@@ -263,19 +262,11 @@ impl Admission for ValidatingAdmissionPolicy {
         if req.user.is_none() || req.def.group == GROUP {
             return Ok(Verdict::ok());
         }
-        let bindings = req
-            .registry
-            .list(&bdef, None, &ListParams::default())
-            .await?
-            .items;
+        let bindings = req.registry.admission_configs(&bdef.plural).await?;
         if bindings.is_empty() {
             return Ok(Verdict::ok());
         }
-        let policies = req
-            .registry
-            .list(&pdef, None, &ListParams::default())
-            .await?
-            .items;
+        let policies = req.registry.admission_configs(&pdef.plural).await?;
         let namespace = match (req.namespace, req.registry.resource("", "v1", "namespaces")) {
             (Some(ns), Some(def)) => req.registry.get(&def, None, ns).await.ok(),
             _ => None,
@@ -305,7 +296,7 @@ impl Admission for ValidatingAdmissionPolicy {
             ("namespaceObject", &ns_value),
         ];
         let mut verdict = Verdict::ok();
-        for binding in &bindings {
+        for binding in bindings.iter() {
             let policy_name = binding["spec"]["policyName"].as_str().unwrap_or("");
             let Some(policy) = policies
                 .iter()

@@ -10,6 +10,7 @@
 //!   touch objects of the resource and namespace it addressed.
 
 mod apply;
+mod configs;
 mod continue_token;
 pub mod object;
 mod patch;
@@ -185,6 +186,8 @@ pub struct Registry {
     service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
     /// Calls CRD conversion webhooks (set when the cluster is assembled).
     converter: std::sync::RwLock<Option<Arc<crate::webhook::Caller>>>,
+    /// The admission configuration objects admission reads on every write.
+    configs: configs::Snapshots,
 }
 
 /// Which part of an object a write addresses.
@@ -277,7 +280,24 @@ impl Registry {
             admission: Chain::standard(),
             service_ips: None,
             converter: std::sync::RwLock::new(None),
+            configs: configs::Snapshots::default(),
         }
+    }
+
+    /// The objects of an admission configuration kind (`admissionregistration.k8s.io/v1`
+    /// `plural`), from a snapshot current with every write through this registry (see
+    /// `configs`); none when the kind is not served.
+    pub async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>> {
+        if let Some(items) = self.configs.fresh(plural) {
+            return Ok(items);
+        }
+        let Some(def) = self.resource(configs::GROUP, "v1", plural) else {
+            return Ok(Arc::default());
+        };
+        let generation = self.configs.generation();
+        let items = Arc::new(self.list(&def, None, &ListParams::default()).await?.items);
+        self.configs.keep(plural, generation, items.clone());
+        Ok(items)
     }
 
     /// Converts custom resources with conversion webhooks through `caller`.
@@ -494,6 +514,7 @@ impl Registry {
         mut obj: Value,
         opts: &WriteOptions,
     ) -> Result<Written> {
+        let _written = self.configs.write(&def.group);
         let warnings = self.check_object(def, &mut obj, opts.field_validation)?;
         self.set_type_meta(def, &mut obj)?;
         let meta = obj
@@ -810,6 +831,7 @@ impl Registry {
         part: Part,
         opts: &WriteOptions,
     ) -> Result<Written> {
+        let _written = self.configs.write(&def.group);
         let warnings = self.check_object(def, &mut obj, opts.field_validation)?;
         self.set_type_meta(def, &mut obj)?;
         match obj["metadata"]["name"].as_str() {
@@ -858,6 +880,7 @@ impl Registry {
     where
         F: FnMut(&Value) -> Result<Value>,
     {
+        let _written = self.configs.write(&def.group);
         let key = def.key(ns, name);
         for attempt in 0..MAX_RETRIES {
             let kv = self
@@ -1080,6 +1103,7 @@ impl Registry {
         name: &str,
         opts: &DeleteOptions,
     ) -> Result<(Value, bool)> {
+        let _written = self.configs.write(&def.group);
         let key = def.key(ns, name);
         for attempt in 0..MAX_RETRIES {
             let kv = self

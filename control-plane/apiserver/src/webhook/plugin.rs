@@ -29,7 +29,6 @@ use crate::admission::rules::{rule_matches, selector_matches, RuleTarget};
 use crate::admission::{Admission, Operation, Order, Request, Verdict};
 use crate::cel_limits::{self, Budget};
 use crate::error::ApiError;
-use crate::registry::ListParams;
 use crate::resources::ResourceDef;
 
 const GROUP: &str = "admissionregistration.k8s.io";
@@ -110,14 +109,8 @@ impl Webhooks {
     }
 
     async fn hooks(&self, req: &Request<'_>, plural: &str) -> Result<Vec<Hook>, ApiError> {
-        let Some(def) = req.registry.resource(GROUP, "v1", plural) else {
-            return Ok(Vec::new());
-        };
-        let mut configs = req
-            .registry
-            .list(&def, None, &ListParams::default())
-            .await?
-            .items;
+        let configs = req.registry.admission_configs(plural).await?;
+        let mut configs: Vec<&Value> = configs.iter().collect();
         configs.sort_by(|a, b| {
             a["metadata"]["name"]
                 .as_str()
