@@ -6,7 +6,9 @@
 //!
 //! - `GET /apis/<GROUP>/v1`: its `APIResourceList`;
 //! - `GET /apis/<GROUP>/v1/namespaces/<ns>/flavors`: a `FlavorList` with one Flavor whose
-//!   `spec.requestedBy` and `spec.groups` are the `X-Remote-User` and `X-Remote-Group` it got.
+//!   `spec.requestedBy` and `spec.groups` are the `X-Remote-User` and `X-Remote-Group` it got;
+//! - `GET /openapi/v3/apis/<GROUP>/v1`: an OpenAPI v3 document with the `Flavor` schema
+//!   (`spec.requestedBy` described as [`FLAVOR_FIELD_DOC`]).
 
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, RwLock};
@@ -22,6 +24,45 @@ use crate::https::{Peer, ServerPki, TlsSource};
 
 /// The API group served.
 pub const GROUP: &str = "flavors.test.fabrik.dev";
+
+/// The description of `Flavor.spec.requestedBy` in the server's OpenAPI document.
+pub const FLAVOR_FIELD_DOC: &str = "Who asked for this flavor, as the front proxy said.";
+
+/// The server's OpenAPI v3 document of `<GROUP>/v1`.
+fn openapi(gv: &str) -> Value {
+    let kind = json!([{"group": GROUP, "version": "v1", "kind": "Flavor"}]);
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "flavors", "version": "v1"},
+        "paths": {
+            format!("/apis/{gv}/namespaces/{{namespace}}/flavors/{{name}}"): {
+                "get": {
+                    "x-kubernetes-action": "get",
+                    "x-kubernetes-group-version-kind": {"group": GROUP, "version": "v1", "kind": "Flavor"},
+                    "responses": {"200": {"description": "OK", "content": {"application/json": {
+                        "schema": {"$ref": "#/components/schemas/dev.fabrik.test.flavors.v1.Flavor"},
+                    }}}},
+                },
+            },
+        },
+        "components": {"schemas": {
+            "dev.fabrik.test.flavors.v1.Flavor": {
+                "type": "object",
+                "description": "A flavor.",
+                "x-kubernetes-group-version-kind": kind,
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "kind": {"type": "string"},
+                    "metadata": {"type": "object"},
+                    "spec": {"type": "object", "description": "What the flavor is.", "properties": {
+                        "requestedBy": {"type": "string", "description": FLAVOR_FIELD_DOC},
+                        "groups": {"type": "array", "items": {"type": "string"}},
+                    }},
+                },
+            },
+        }},
+    })
+}
 
 /// One request received.
 #[derive(Clone, Debug)]
@@ -118,7 +159,9 @@ fn answer(
     }
     let gv = format!("{GROUP}/v1");
     let base = format!("/apis/{gv}");
-    let body: Option<Value> = if path == base {
+    let body: Option<Value> = if path == format!("/openapi/v3{base}") {
+        Some(openapi(&gv))
+    } else if path == base {
         Some(json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,
             "resources": [{"name": "flavors", "singularName": "flavor", "namespaced": true,

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use anyhow::Result;
-use e2e::aggregated::{TestApiServer, GROUP};
+use e2e::aggregated::{TestApiServer, FLAVOR_FIELD_DOC, GROUP};
 use e2e::{kc, kc_ok, kubectls, Fabrik, Kubectl};
 
 use e2e::kc_apply_ok as apply_ok;
@@ -146,6 +146,20 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
         .expect("the list reached the backend");
     assert_eq!(listed.client_cn.as_deref(), Some("front-proxy-client"));
     assert_eq!(listed.user.as_deref(), Some(user));
+    // The backend's OpenAPI joins the cluster's: listed in the v3 index, and `kubectl
+    // explain` reads the aggregated kind's schema through it.
+    let index = kc_ok(k, &cfg, &["get", "--raw", "/openapi/v3"])?;
+    assert!(index.contains(&format!("apis/{GROUP}/v1")), "{index}");
+    let explained = kc_ok(
+        k,
+        &cfg,
+        &[
+            "explain",
+            "flavors.spec.requestedBy",
+            &format!("--api-version={GROUP}/v1"),
+        ],
+    )?;
+    assert!(explained.contains(FLAVOR_FIELD_DOC), "{explained}");
     // A user without access is stopped here (RBAC), before the backend.
     let before = backend.calls().len();
     let denied = kc(
@@ -183,6 +197,9 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
     kc_ok(k, &cfg, &["delete", "apiservice", &format!("v1.{GROUP}")])?;
     let groups = kc_ok(k, &cfg, &["get", "--raw", "/apis"])?;
     assert!(!groups.contains(GROUP), "{groups}");
+    poll("the OpenAPI index without the group", || {
+        Ok(!kc_ok(k, &cfg, &["get", "--raw", "/openapi/v3"])?.contains(GROUP))
+    })?;
     Ok(())
 }
 

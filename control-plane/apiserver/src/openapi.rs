@@ -112,7 +112,7 @@ fn gv_path(group: &str, version: &str) -> String {
     }
 }
 
-fn hash(v: &Value) -> String {
+pub(crate) fn hash(v: &Value) -> String {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     v.to_string().hash(&mut h);

@@ -232,9 +232,12 @@ mod tests {
             follower_store,
             Settings::default(),
             vec![quota.clone()],
+            Some(&Ca::generate("tenant t").expect("ca")),
         )
         .await
         .expect("follower");
+        // It calls aggregated APIs as the tenant's front proxy, as the owner does.
+        assert!(follower.server.aggregator().has_identity());
         let pods = owner
             .catalog()
             .get("", "v1", "pods")

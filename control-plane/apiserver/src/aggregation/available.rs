@@ -22,12 +22,23 @@ pub const RETRY: Duration = Duration::from_secs(5);
 /// How long one check may take.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The outcome of one check: the discovery document, or why not (reason, message).
+/// The largest OpenAPI document kept from a backend.
+const MAX_OPENAPI_BYTES: usize = 8 * 1024 * 1024;
+
+/// What one successful check found.
+pub struct Checked {
+    /// The discovery document (`APIResourceList`).
+    pub discovery: Value,
+    /// The backend's OpenAPI v3 document of the group version, when it serves one.
+    pub openapi: Option<Value>,
+}
+
+/// The outcome of one check: what the backend serves, or why not (reason, message).
 async fn check(
     aggregator: &Aggregator,
     registry: &Registry,
     reg: &Registration,
-) -> Result<Value, (&'static str, String)> {
+) -> Result<Checked, (&'static str, String)> {
     let backend = aggregator.target(registry, reg).await.map_err(|e| {
         let reason = match &e {
             ApiError::Unavailable(m) if m.contains("not found") => "ServiceNotFound",
@@ -36,10 +47,16 @@ async fn check(
         };
         (reason, e.to_string())
     })?;
-    let (mut url, client) = match backend {
+    let (base, client) = match backend {
         Backend::Http { base, client } => (base, client),
-        Backend::Simulated => return Ok(aggregator.simulated_discovery(reg)),
+        Backend::Simulated => {
+            return Ok(Checked {
+                discovery: aggregator.simulated_discovery(reg),
+                openapi: None,
+            })
+        }
     };
+    let mut url = base.clone();
     url.set_path(&format!("/apis/{}/{}", reg.group, reg.version));
     let failed = |m: String| {
         (
@@ -47,32 +64,54 @@ async fn check(
             format!("failing or missing response from {url}: {m}"),
         )
     };
-    let resp = client
-        .get(url.clone())
-        .header("Accept", "application/json")
-        .header("X-Remote-User", "system:kube-aggregator")
-        .header("X-Remote-Group", "system:masters")
-        .timeout(CHECK_TIMEOUT)
-        .send()
+    let (status, bytes) = get(&client, &url, crate::webhook::call::MAX_ANSWER_BYTES)
         .await
-        .map_err(|e| failed(crate::webhook::call::describe(e)))?;
-    let status = resp.status();
+        .map_err(failed)?;
     if !status.is_success() {
         return Err(failed(format!(
             "bad status from {url}: {}",
             status.as_u16()
         )));
     }
-    let bytes = resp
-        .bytes()
-        .await
-        .map_err(|e| failed(crate::webhook::call::describe(e)))?;
-    let doc: Value = serde_json::from_slice(&bytes)
+    let discovery: Value = serde_json::from_slice(&bytes)
         .map_err(|e| failed(format!("not a discovery document: {e}")))?;
-    if doc["resources"].as_array().is_none() {
+    if discovery["resources"].as_array().is_none() {
         return Err(failed("not an APIResourceList".into()));
     }
-    Ok(doc)
+    // The backend's OpenAPI (optional: a backend without one is still available).
+    let mut spec = base;
+    spec.set_path(&format!("/openapi/v3/apis/{}/{}", reg.group, reg.version));
+    let openapi = match get(&client, &spec, MAX_OPENAPI_BYTES).await {
+        Ok((status, bytes)) if status.is_success() => serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .filter(|d| d["openapi"].is_string() && d["paths"].is_object()),
+        _ => None,
+    };
+    Ok(Checked { discovery, openapi })
+}
+
+/// GETs `url` as the aggregator (`system:kube-aggregator` in `system:masters`).
+async fn get(
+    client: &reqwest::Client,
+    url: &reqwest::Url,
+    limit: usize,
+) -> Result<(reqwest::StatusCode, Vec<u8>), String> {
+    let call = async {
+        let mut resp = client
+            .get(url.clone())
+            .header("Accept", "application/json")
+            .header("X-Remote-User", "system:kube-aggregator")
+            .header("X-Remote-Group", "system:masters")
+            .send()
+            .await
+            .map_err(crate::webhook::call::describe)?;
+        let status = resp.status();
+        let bytes = crate::webhook::call::read_bounded(&mut resp, limit).await?;
+        Ok((status, bytes))
+    };
+    tokio::time::timeout(CHECK_TIMEOUT, call)
+        .await
+        .map_err(|_| format!("no answer within {}s", CHECK_TIMEOUT.as_secs()))?
 }
 
 /// Writes the `Available` condition when its status, reason or message changed.
@@ -160,6 +199,7 @@ pub enum Role {
 pub async fn reconcile(aggregator: &Aggregator, registry: &Registry, role: Role) -> Found {
     let mut unavailable = false;
     let regs = aggregator.registrations(registry).await;
+    aggregator.forget_all_but(&regs);
     if regs.is_empty() {
         return Found::Nothing;
     }
@@ -169,21 +209,21 @@ pub async fn reconcile(aggregator: &Aggregator, registry: &Registry, role: Role)
             if !reg.available() {
                 unavailable = true;
                 aggregator.remember(&reg.group_version(), None);
-            } else if let Ok(doc) = check(aggregator, registry, reg).await {
-                aggregator.remember(&reg.group_version(), Some(doc));
+            } else if let Ok(checked) = check(aggregator, registry, reg).await {
+                aggregator.remember(&reg.group_version(), Some(checked));
             }
             continue;
         }
         let outcome = check(aggregator, registry, reg).await;
-        let written = match &outcome {
-            Ok(doc) => {
-                aggregator.remember(&reg.group_version(), Some(doc.clone()));
+        let written = match outcome {
+            Ok(checked) => {
+                aggregator.remember(&reg.group_version(), Some(checked));
                 set_condition(registry, reg, true, "Passed", "all checks passed").await
             }
             Err((reason, message)) => {
                 unavailable = true;
                 aggregator.remember(&reg.group_version(), None);
-                set_condition(registry, reg, false, reason, message).await
+                set_condition(registry, reg, false, reason, &message).await
             }
         };
         if let Err(e) = written {

@@ -63,8 +63,15 @@ pub struct Aggregator {
     /// a simulated backend of the same group version serves).
     builtin: HashMap<String, Value>,
     caller: RwLock<Arc<Caller>>,
-    /// The last discovery document of each available group version (`group/version`).
-    discovery: Mutex<HashMap<String, Value>>,
+    /// What the last check of each available group version (`group/version`) found.
+    found: Mutex<HashMap<String, Found>>,
+}
+
+/// What a check found for one group version.
+struct Found {
+    discovery: Value,
+    /// The backend's OpenAPI v3 document and its hash.
+    openapi: Option<(Value, String)>,
 }
 
 /// The group, version and Service of an APIService that names a Service.
@@ -118,7 +125,7 @@ impl Aggregator {
             settings,
             builtin,
             caller: RwLock::new(Arc::new(caller)),
-            discovery: Mutex::default(),
+            found: Mutex::default(),
         }
     }
 
@@ -144,6 +151,11 @@ impl Aggregator {
             .issue_client(FRONT_PROXY_NAME, None)
             .map_err(|e| CallError(format!("cannot issue the front-proxy certificate: {e}")))?;
         self.set_identity(format!("{}{}", proxy.cert_pem, proxy.key_pem).as_bytes())
+    }
+
+    /// Whether backends are called with the front-proxy certificate.
+    pub fn has_identity(&self) -> bool {
+        self.caller().is_some_and(|c| c.has_identity())
     }
 
     fn caller(&self) -> Option<Arc<Caller>> {
@@ -265,18 +277,57 @@ impl Aggregator {
 
     /// The cached discovery document (`APIResourceList`) of `group/version`.
     pub fn resources(&self, group_version: &str) -> Option<Value> {
-        self.discovery
+        self.found
             .lock()
             .ok()
-            .and_then(|d| d.get(group_version).cloned())
+            .and_then(|d| d.get(group_version).map(|f| f.discovery.clone()))
     }
 
-    fn remember(&self, group_version: &str, doc: Option<Value>) {
-        if let Ok(mut d) = self.discovery.lock() {
-            match doc {
-                Some(doc) => d.insert(group_version.to_string(), doc),
+    /// The backend's OpenAPI v3 document of `group/version`, when it serves one.
+    pub fn openapi_v3(&self, group_version: &str) -> Option<Value> {
+        self.found.lock().ok().and_then(|d| {
+            d.get(group_version)
+                .and_then(|f| f.openapi.as_ref().map(|(doc, _)| doc.clone()))
+        })
+    }
+
+    /// `(group/version, hash)` of every aggregated OpenAPI v3 document (for the index).
+    pub fn openapi_v3_hashes(&self) -> Vec<(String, String)> {
+        self.found
+            .lock()
+            .map(|d| {
+                d.iter()
+                    .filter_map(|(gv, f)| f.openapi.as_ref().map(|(_, h)| (gv.clone(), h.clone())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn remember(&self, group_version: &str, checked: Option<available::Checked>) {
+        if let Ok(mut d) = self.found.lock() {
+            match checked {
+                Some(c) => {
+                    let openapi = c.openapi.map(|doc| {
+                        let hash = crate::openapi::hash(&doc);
+                        (doc, hash)
+                    });
+                    d.insert(
+                        group_version.to_string(),
+                        Found {
+                            discovery: c.discovery,
+                            openapi,
+                        },
+                    )
+                }
                 None => d.remove(group_version),
             };
+        }
+    }
+
+    /// Drops what was found for group versions no APIService names any more.
+    fn forget_all_but(&self, regs: &[Registration]) {
+        if let Ok(mut d) = self.found.lock() {
+            d.retain(|gv, _| regs.iter().any(|r| &r.group_version() == gv));
         }
     }
 }

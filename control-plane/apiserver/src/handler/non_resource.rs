@@ -118,14 +118,26 @@ impl ApiServer {
                 }
                 Ok(Reply::json(StatusCode::OK, &doc))
             }
-            Route::OpenApiV3Index => Ok(Reply::json(
-                StatusCode::OK,
-                &self.openapi.v3_index(catalog)?,
-            )),
-            Route::OpenApiV3(g, v) => self
-                .openapi
-                .v3(catalog, &g, &v)
-                .map(|d| Reply::json(StatusCode::OK, &d)),
+            Route::OpenApiV3Index => {
+                let mut index = self.openapi.v3_index(catalog)?;
+                // Aggregated APIs' documents, as their backends serve them.
+                if let Some(paths) = index["paths"].as_object_mut() {
+                    for (gv, hash) in self.aggregator.openapi_v3_hashes() {
+                        paths.entry(format!("apis/{gv}")).or_insert_with(|| {
+                            json!({"serverRelativeURL": format!("/openapi/v3/apis/{gv}?hash={hash}")})
+                        });
+                    }
+                }
+                Ok(Reply::json(StatusCode::OK, &index))
+            }
+            Route::OpenApiV3(g, v) => match self.openapi.v3(catalog, &g, &v) {
+                Err(ApiError::NoRoute) if !g.is_empty() => self
+                    .aggregator
+                    .openapi_v3(&format!("{g}/{v}"))
+                    .map(|d| Reply::json(StatusCode::OK, &d))
+                    .ok_or(ApiError::NoRoute),
+                other => other.map(|d| Reply::json(StatusCode::OK, &d)),
+            },
             Route::OidcDiscovery => {
                 Ok(Reply::json(StatusCode::OK, &self.auth.tokens().discovery()))
             }

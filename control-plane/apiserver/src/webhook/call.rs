@@ -133,6 +133,11 @@ impl Caller {
         Ok(self)
     }
 
+    /// Whether the caller presents a client certificate.
+    pub fn has_identity(&self) -> bool {
+        self.identity.is_some()
+    }
+
     /// The address rules.
     pub fn targets(&self) -> &Arc<Targets> {
         &self.targets
@@ -306,13 +311,7 @@ impl Caller {
                 .await
                 .map_err(describe)?;
             let status = resp.status();
-            let mut bytes = Vec::new();
-            while let Some(chunk) = resp.chunk().await.map_err(describe)? {
-                if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
-                    return Err(format!("answer larger than {MAX_ANSWER_BYTES} bytes"));
-                }
-                bytes.extend_from_slice(&chunk);
-            }
+            let bytes = read_bounded(&mut resp, MAX_ANSWER_BYTES).await?;
             if !status.is_success() {
                 let text = String::from_utf8_lossy(&bytes);
                 let text: String = text.chars().take(200).collect();
@@ -342,4 +341,17 @@ pub fn describe(e: reqwest::Error) -> String {
         source = s.source();
     }
     out
+}
+
+/// The body of `resp`, refused past `limit` bytes (a backend cannot make the control plane
+/// hold an answer of any size).
+pub async fn read_bounded(resp: &mut reqwest::Response, limit: usize) -> Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    while let Some(chunk) = resp.chunk().await.map_err(describe)? {
+        if bytes.len() + chunk.len() > limit {
+            return Err(format!("answer larger than {limit} bytes"));
+        }
+        bytes.extend_from_slice(&chunk);
+    }
+    Ok(bytes)
 }
