@@ -8,9 +8,16 @@
 //! answers as a webhook that admits without changes, as the simulated pods are reported
 //! running. A Service with no ready endpoint is an error (the webhook's `failurePolicy` says
 //! what follows), as on a real cluster while the webhook's pods start.
+//!
+//! Where a host Service is served is remembered for [`LOCATED_FOR`] (a Service's cluster IP
+//! does not move while it exists; whether its pods are simulated changes only when they are
+//! replaced), so a busy webhook costs no host API requests per call; failures are never
+//! remembered, so a webhook whose Service appears is called as soon as it does.
 
+use std::collections::HashMap;
 use std::ops::RangeInclusive;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use fabrik_apiserver::webhook::backends::{cluster_ip_backend, service_name};
 use fabrik_apiserver::webhook::{Backend, Backends, LocalPorts};
@@ -22,10 +29,17 @@ use serde_json::Value;
 /// The label simulated nodes carry.
 const SIMULATED_NODE_LABEL: &str = "fabrik.dev/simulated";
 
+/// How long where a host Service is served is remembered.
+pub const LOCATED_FOR: Duration = Duration::from_secs(5);
+
+/// At most this many Services are remembered (the oldest half is dropped past it).
+const REMEMBERED: usize = 4096;
+
 /// Services of the host cluster, read through its client.
 #[derive(Default)]
 pub struct HostServices {
     host: OnceLock<kube::Client>,
+    located: Mutex<HashMap<(String, String, u16), (Instant, Backend)>>,
 }
 
 impl HostServices {
@@ -44,6 +58,27 @@ impl HostServices {
 
     /// Where `port` of the host Service `namespace/name` is served.
     async fn locate_host(&self, namespace: &str, name: &str, port: u16) -> Result<Backend, String> {
+        let key = (namespace.to_string(), name.to_string(), port);
+        if let Some((at, backend)) = self.located.lock().ok().and_then(|l| l.get(&key).copied()) {
+            if at.elapsed() < LOCATED_FOR {
+                return Ok(backend);
+            }
+        }
+        let backend = self.read_host(namespace, name, port).await?;
+        if let Ok(mut l) = self.located.lock() {
+            if l.len() >= REMEMBERED {
+                let mut ages: Vec<Instant> = l.values().map(|(at, _)| *at).collect();
+                ages.sort();
+                let cut = ages[ages.len() / 2];
+                l.retain(|_, (at, _)| *at > cut);
+            }
+            l.insert(key, (Instant::now(), backend));
+        }
+        Ok(backend)
+    }
+
+    /// Reads the Service, its endpoints and their nodes from the host.
+    async fn read_host(&self, namespace: &str, name: &str, port: u16) -> Result<Backend, String> {
         let host = self
             .host
             .get()
