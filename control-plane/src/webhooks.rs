@@ -3,7 +3,8 @@
 //!
 //! A tenant's `service` reference names the tenant's Service; the call goes to its copy on the
 //! host (`fabrik-<tenant>/<host name>`), at the copy's cluster IP — the address the host gave
-//! the tenant's own pods, never one the tenant wrote. When every ready pod behind the copy runs
+//! the tenant's own pods, never one the tenant wrote. The pods behind it are those its selector
+//! picks (Ready ones; a Service without a selector: its EndpointSlices). When every one runs
 //! on a simulated node (`fabrik.dev/simulated=true`) nothing listens there: the simulation
 //! answers as a webhook that admits without changes, as the simulated pods are reported
 //! running. A Service with no ready endpoint is an error (the webhook's `failurePolicy` says
@@ -21,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use fabrik_apiserver::webhook::backends::{cluster_ip_backend, service_name};
 use fabrik_apiserver::webhook::{Backend, Backends, LocalPorts};
-use k8s_openapi::api::core::v1::{Node, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
@@ -89,25 +90,20 @@ impl HostServices {
             .await
             .map_err(|e| format!("cannot read service {namespace}/{name} on the host: {e}"))?
             .ok_or_else(|| format!("service {namespace}/{name} does not exist on the host yet"))?;
+        let selector: Vec<String> = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let svc = serde_json::to_value(&svc).map_err(|e| e.to_string())?;
-        let slices: Api<EndpointSlice> = Api::namespaced(host.clone(), namespace);
-        let slices = slices
-            .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
-            .await
-            .map_err(|e| format!("cannot read the endpoints of {namespace}/{name}: {e}"))?;
-        let mut nodes = Vec::new();
-        let mut ready = 0;
-        for e in slices
-            .items
-            .iter()
-            .flat_map(|s| s.endpoints.iter().flatten())
-        {
-            if e.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
-                continue;
-            }
-            ready += 1;
-            nodes.extend(e.node_name.clone());
-        }
+        let (ready, nodes) = if selector.is_empty() {
+            ready_endpoints(host, namespace, name).await?
+        } else {
+            ready_pods(host, namespace, &selector.join(",")).await?
+        };
         if ready == 0 {
             return Err(format!(
                 "no endpoints available for service \"{}\"",
@@ -119,6 +115,65 @@ impl HostServices {
         }
         cluster_ip_backend(&svc, port)
     }
+}
+
+/// How many endpoints of a Service with a selector are ready, and their nodes: its pods
+/// (read directly, so the answer does not depend on an endpoints controller — one that cannot
+/// publish a pod's address still leaves the pod serving).
+async fn ready_pods(
+    host: &kube::Client,
+    namespace: &str,
+    selector: &str,
+) -> Result<(usize, Vec<String>), String> {
+    let pods: Api<Pod> = Api::namespaced(host.clone(), namespace);
+    let pods = pods
+        .list(&ListParams::default().labels(selector))
+        .await
+        .map_err(|e| format!("cannot read the pods of {namespace} ({selector}): {e}"))?;
+    let mut ready = 0;
+    let mut nodes = Vec::new();
+    for p in &pods.items {
+        let serving = p.metadata.deletion_timestamp.is_none()
+            && p.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            });
+        if serving {
+            ready += 1;
+            nodes.extend(p.spec.as_ref().and_then(|s| s.node_name.clone()));
+        }
+    }
+    Ok((ready, nodes))
+}
+
+/// How many endpoints of a Service without a selector are ready, and their nodes: its
+/// EndpointSlices.
+async fn ready_endpoints(
+    host: &kube::Client,
+    namespace: &str,
+    name: &str,
+) -> Result<(usize, Vec<String>), String> {
+    let slices: Api<EndpointSlice> = Api::namespaced(host.clone(), namespace);
+    let slices = slices
+        .list(&ListParams::default().labels(&format!("kubernetes.io/service-name={name}")))
+        .await
+        .map_err(|e| format!("cannot read the endpoints of {namespace}/{name}: {e}"))?;
+    let mut nodes = Vec::new();
+    let mut ready = 0;
+    for e in slices
+        .items
+        .iter()
+        .flat_map(|s| s.endpoints.iter().flatten())
+    {
+        if e.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+            continue;
+        }
+        ready += 1;
+        nodes.extend(e.node_name.clone());
+    }
+    Ok((ready, nodes))
 }
 
 /// Whether every one of `nodes` is a simulated node.

@@ -20,6 +20,11 @@
 //!    4d. quota and escapes: the real quota controller counts the tenant's host pods exactly
 //!    (no duplicate creates), hostile pods and Endpoints are refused, a foreign address is
 //!    reported and kept off the host;
+//!    4e. extension APIs: a tenant's admission webhook and APIService naming its Service are
+//!    answered for its pods on the simulated nodes (found through the host's pods, since the
+//!    real EndpointSlice controller refuses the simulated pod network's loopback addresses),
+//!    and a webhook whose Service is missing fails the write naming it — all within the
+//!    chart's RBAC;
 //! 5. the nodes stay Ready past the node lifecycle controller's grace period (their Leases);
 //! 6. deleting the Tenant removes its objects from the host;
 //! 9. HA: two `fabrik serve` replicas on one etcd, with the chart's RBAC for that mode, serve
@@ -671,6 +676,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4e webhooks and aggregated APIs: a tenant's Service found through the real endpoints",
+        || extension_apis(&k, &tkc, &work),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -1153,6 +1163,85 @@ fn quota_and_escapes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
             bail!("{bad} reached the host namespace: {text}");
         }
     }
+    Ok(())
+}
+
+/// A tenant's admission webhooks and APIService naming its Service `web` (pods on the
+/// simulated nodes, endpoints written by the real endpoints controller): the simulation
+/// answers for them (the webhook admits, the APIService is Available); a webhook whose Service
+/// does not exist fails as its `failurePolicy: Fail` says, naming the Service. Every host read
+/// this takes is within the chart's RBAC (step 7 finds no Forbidden).
+fn extension_apis(k: &Kubectl, tkc: &Path, work: &Path) -> Result<()> {
+    let apply = |name: &str, yaml: &str| -> Result<std::process::Output> {
+        let file = work.join(format!("{name}.yaml"));
+        std::fs::write(&file, yaml)?;
+        kc(k, tkc, &["apply", "-f", &file.display().to_string()])
+    };
+    let hook = |name: &str, service: &str, label: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingWebhookConfiguration\nmetadata: {{name: {name}}}\nwebhooks:\n- name: {name}.hooks.test\n  clientConfig: {{service: {{namespace: default, name: {service}, port: 80, path: /validate}}}}\n  rules: [{{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}]\n  objectSelector: {{matchLabels: {{hooked: {label}}}}}\n  failurePolicy: Fail\n  sideEffects: None\n  admissionReviewVersions: [v1]\n"
+        )
+    };
+    let config_map = |name: &str, label: &str| {
+        format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}, labels: {{hooked: {label}}}}}\ndata: {{a: b}}\n")
+    };
+    let out = apply("hook-live", &hook("live", "web", "live"))?;
+    if !out.status.success() {
+        bail!(
+            "webhook configuration: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = apply("hook-dead", &hook("dead", "absent", "dead"))?;
+    if !out.status.success() {
+        bail!(
+            "webhook configuration: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    poll("a write admitted by the webhook of Service web", 60, || {
+        let out = apply("cm-live", &config_map("admitted", "live"))?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    })?;
+    let out = apply("cm-dead", &config_map("refused", "dead"))?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    if out.status.success() || !err.contains("absent") {
+        bail!("a webhook without its Service did not fail the write naming it: {err}");
+    }
+    let out = apply(
+        "apiservice",
+        "apiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata: {name: v1alpha1.sim.test.fabrik.dev}\nspec:\n  group: sim.test.fabrik.dev\n  version: v1alpha1\n  service: {namespace: default, name: web, port: 80}\n  insecureSkipTLSVerify: true\n  groupPriorityMinimum: 100\n  versionPriority: 100\n",
+    )?;
+    if !out.status.success() {
+        bail!("APIService: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    poll("the APIService Available", 60, || {
+        seen(
+            k,
+            tkc,
+            &[
+                "get",
+                "apiservice",
+                "v1alpha1.sim.test.fabrik.dev",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Available\")].status}",
+            ],
+        )
+        .map(|(ok, text)| (ok && text == "True", text))
+    })?;
+    kc_ok(
+        k,
+        tkc,
+        &["delete", "validatingwebhookconfiguration", "live", "dead"],
+    )?;
+    kc_ok(
+        k,
+        tkc,
+        &["delete", "apiservice", "v1alpha1.sim.test.fabrik.dev"],
+    )?;
     Ok(())
 }
 
