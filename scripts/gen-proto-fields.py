@@ -46,6 +46,10 @@ PACKAGES = {
     "api/node/v1": "io.k8s.api.node.v1",
     "api/resource/v1": "io.k8s.api.resource.v1",
     "api/autoscaling/v1": "io.k8s.api.autoscaling.v1",
+    "api/autoscaling/v2": "io.k8s.api.autoscaling.v2",
+    "api/admissionregistration/v1": "io.k8s.api.admissionregistration.v1",
+    "kube_aggregator/pkg/apis/apiregistration/v1":
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1",
     "api/authentication/v1": "io.k8s.api.authentication.v1",
     "api/authorization/v1": "io.k8s.api.authorization.v1",
     "apimachinery/pkg/apis/meta/v1": "io.k8s.apimachinery.pkg.apis.meta.v1",

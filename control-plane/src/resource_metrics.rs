@@ -3,7 +3,10 @@
 //!
 //! - [`SimulatedUsage`], `fabrik up`'s host: its simulated nodes run no process, so a running
 //!   container is reported using what it requests (CPU and memory; 1m and 8 MiB without a
-//!   request), and each simulated node its pods plus [`NODE_BASE_CPU_NANOCORES`] and
+//!   request) — or what the pod's annotations [`CPU_USAGE_ANNOTATION`] and
+//!   [`MEMORY_USAGE_ANNOTATION`] say each of its containers uses, so a test (or a user trying
+//!   an autoscaler) can drive the figures; tenants' pods keep them on their host copies — and
+//!   each simulated node its pods plus [`NODE_BASE_CPU_NANOCORES`] and
 //!   [`NODE_BASE_MEMORY_BYTES`] for the system. Pods on nodes that are not simulated are not
 //!   reported (a real kubelet would).
 //! - [`HostMetrics`], a tenant: the host's own metrics API (the built-in one above on
@@ -30,6 +33,11 @@ const IDLE_MEMORY_BYTES: u64 = 8 * 1024 * 1024;
 
 const SIMULATED_NODE_LABEL: &str = "fabrik.dev/simulated";
 
+/// A pod annotation: the CPU each of its containers is reported to use (a quantity).
+pub const CPU_USAGE_ANNOTATION: &str = syncer::naming::SIM_CPU_USAGE;
+/// A pod annotation: the memory each of its containers is reported to use (a quantity).
+pub const MEMORY_USAGE_ANNOTATION: &str = syncer::naming::SIM_MEMORY_USAGE;
+
 fn labels_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
 ) -> Map<String, Value> {
@@ -45,6 +53,17 @@ fn simulated_containers(pod: &Pod) -> Vec<ContainerUsage> {
     let Some(spec) = &pod.spec else {
         return Vec::new();
     };
+    let annotated = |key: &str| {
+        pod.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(key))
+            .cloned()
+    };
+    let (cpu, memory) = (
+        annotated(CPU_USAGE_ANNOTATION).and_then(|q| parse_cpu(&q)),
+        annotated(MEMORY_USAGE_ANNOTATION).and_then(|q| parse_memory(&q)),
+    );
     spec.containers
         .iter()
         .map(|c| {
@@ -57,11 +76,11 @@ fn simulated_containers(pod: &Pod) -> Vec<ContainerUsage> {
             };
             ContainerUsage {
                 name: c.name.clone(),
-                cpu_nanocores: request("cpu")
-                    .and_then(|q| parse_cpu(&q))
+                cpu_nanocores: cpu
+                    .or_else(|| request("cpu").and_then(|q| parse_cpu(&q)))
                     .unwrap_or(IDLE_CPU_NANOCORES),
-                memory_bytes: request("memory")
-                    .and_then(|q| parse_memory(&q))
+                memory_bytes: memory
+                    .or_else(|| request("memory").and_then(|q| parse_memory(&q)))
                     .unwrap_or(IDLE_MEMORY_BYTES),
             }
         })

@@ -116,12 +116,22 @@ pub fn tenant_annotations(virtual_obj: &Value) -> BTreeMap<String, String> {
         .into_iter()
         .filter(|(k, _)| {
             let domain = k.split_once('/').map(|(d, _)| d).unwrap_or("");
-            !(domain.ends_with("kubernetes.io")
-                || domain.ends_with("k8s.io")
-                || domain.ends_with("fabrik.dev"))
+            SIMULATION_ANNOTATIONS.contains(&k.as_str())
+                || !(domain.ends_with("kubernetes.io")
+                    || domain.ends_with("k8s.io")
+                    || domain.ends_with("fabrik.dev"))
         })
         .collect()
 }
+
+/// The simulated nodes' CPU usage annotation of a pod (see `fabrik up`'s resource metrics).
+pub const SIM_CPU_USAGE: &str = "sim.fabrik.dev/cpu-usage";
+/// The simulated nodes' memory usage annotation of a pod.
+pub const SIM_MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
+
+/// The annotations of Fabrik's domains a tenant may set and the host copy keeps: only what
+/// simulated nodes read (they mean nothing to a real kubelet).
+pub const SIMULATION_ANNOTATIONS: &[&str] = &[SIM_CPU_USAGE, SIM_MEMORY_USAGE];
 
 /// A JSON object of strings as a map (non-strings skipped).
 pub fn string_map(v: &Value) -> BTreeMap<String, String> {

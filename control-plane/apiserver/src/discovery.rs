@@ -188,19 +188,18 @@ fn discovery_resource(def: &ResourceDef) -> Value {
 pub fn aggregated(catalog: &Catalog, core: bool, version: &str) -> Value {
     let mut items = Vec::new();
     let all = catalog.all();
-    let mut names: Vec<String> = Vec::new();
-    for (g, _) in catalog.group_versions() {
-        if g.is_empty() == core && !names.contains(&g) {
-            names.push(g);
+    // Groups in order, each with its versions by priority (the first is the preferred one).
+    let mut groups: Vec<(String, Vec<String>)> = Vec::new();
+    for (g, v) in catalog.group_versions() {
+        if g.is_empty() != core {
+            continue;
+        }
+        match groups.iter_mut().find(|(name, _)| *name == g) {
+            Some((_, vs)) => vs.push(v),
+            None => groups.push((g, vec![v])),
         }
     }
-    for g in names {
-        let mut versions: Vec<String> = Vec::new();
-        for d in all.iter().filter(|d| d.group == g) {
-            if !versions.contains(&d.version) {
-                versions.push(d.version.clone());
-            }
-        }
+    for (g, versions) in groups {
         let vs: Vec<Value> = versions
             .iter()
             .map(|v| {

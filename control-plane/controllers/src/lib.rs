@@ -12,6 +12,7 @@
 //!    ├── statefulset  StatefulSet → Pods `<name>-<ordinal>`, PVCs, ControllerRevisions
 //!    ├── daemonset    DaemonSet × Nodes → one Pod per fitting Node, ControllerRevisions
 //!    ├── cronjob      CronJob → Jobs at scheduled times (woken at the next time, no polling)
+//!    ├── hpa          HorizontalPodAutoscaler → its target's scale, from the metrics APIs (every 15 s)
 //!    ├── resourcequota    ResourceQuota ← what its namespace uses (`status.used`)
 //!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
 //!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_service)
@@ -38,6 +39,7 @@ pub mod deployment;
 pub mod endpoints;
 pub mod events;
 pub mod gc;
+pub mod hpa;
 pub mod job;
 pub mod kubernetes_service;
 pub mod loadbalancer;
@@ -150,6 +152,7 @@ pub async fn run_with(
         statefulset::run(client.clone(), shutdown.clone()),
         daemonset::run(client.clone(), shutdown.clone()),
         cronjob::run(client.clone(), shutdown.clone()),
+        hpa::run(client.clone(), shutdown.clone()),
         resourcequota::run(client.clone(), shutdown.clone()),
         endpoints::run(client.clone(), shutdown.clone()),
         api_service,

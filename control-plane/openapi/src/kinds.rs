@@ -9,8 +9,8 @@
 use std::borrow::Cow;
 
 use k8s_openapi::api::{
-    admissionregistration, apps, authentication, authorization, batch, coordination, core,
-    discovery, events, networking, node, policy, rbac, resource, scheduling, storage,
+    admissionregistration, apps, authentication, authorization, autoscaling, batch, coordination,
+    core, discovery, events, networking, node, policy, rbac, resource, scheduling, storage,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
@@ -253,6 +253,20 @@ static KINDS: &[BuiltinKind] = &[
         subresources: &[Status],
         ..crud::<batch::v1::CronJob>()
     },
+    // autoscaling/v2
+    BuiltinKind {
+        short_names: &["hpa"],
+        categories: ALL,
+        subresources: &[Status],
+        ..crud::<autoscaling::v2::HorizontalPodAutoscaler>()
+    },
+    // autoscaling/v1 (the same objects, converted: see the API server's HPA strategy)
+    BuiltinKind {
+        short_names: &["hpa"],
+        categories: ALL,
+        subresources: &[Status],
+        ..crud::<autoscaling::v1::HorizontalPodAutoscaler>()
+    },
     // rbac.authorization.k8s.io/v1
     crud::<rbac::v1::Role>(),
     crud::<rbac::v1::RoleBinding>(),
@@ -443,7 +457,10 @@ mod tests {
                 paths.insert((kind.group, kind.version, kind.plural)),
                 "{kind:?}"
             );
-            assert!(kinds.insert((kind.group, kind.kind)), "{kind:?}");
+            assert!(
+                kinds.insert((kind.group, kind.version, kind.kind)),
+                "{kind:?}"
+            );
         }
     }
 

@@ -167,7 +167,9 @@ pub fn resource_defs(crd: &Value) -> Result<Vec<ResourceDef>, CrdError> {
             storage_version: (version != storage).then(|| storage.to_string()),
             custom: true,
             create_only: false,
-            conversion: conversion.clone(),
+            conversion: conversion
+                .clone()
+                .map(crate::resources::Conversion::Webhook),
         });
     }
     Ok(defs)

@@ -315,14 +315,30 @@ impl Registry {
         objects: Vec<Value>,
         desired: &str,
     ) -> Result<Vec<Value>> {
-        let Some(webhook) = &def.conversion else {
-            return Ok(objects
-                .into_iter()
-                .map(|mut o| {
-                    o["apiVersion"] = json!(desired);
-                    o
-                })
-                .collect());
+        let webhook = match &def.conversion {
+            None => {
+                return Ok(objects
+                    .into_iter()
+                    .map(|mut o| {
+                        o["apiVersion"] = json!(desired);
+                        o
+                    })
+                    .collect())
+            }
+            Some(crate::resources::Conversion::Builtin(convert)) => {
+                return objects
+                    .iter()
+                    .map(|o| {
+                        convert(o, desired).map_err(|e| {
+                            ApiError::Internal(format!(
+                                "cannot convert {} to {desired}: {e}",
+                                def.group_resource()
+                            ))
+                        })
+                    })
+                    .collect();
+            }
+            Some(crate::resources::Conversion::Webhook(webhook)) => webhook,
         };
         let caller = self
             .converter

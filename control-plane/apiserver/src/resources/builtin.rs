@@ -33,6 +33,7 @@ const STRATEGIES: &[(&str, &str, NewStrategy)] = &[
         strategy::workload(WorkloadKind::DaemonSet)
     }),
     ("batch", "Job", strategy::job),
+    ("autoscaling", "HorizontalPodAutoscaler", strategy::hpa),
     ("rbac.authorization.k8s.io", "Role", strategy::path_named),
     (
         "rbac.authorization.k8s.io",
@@ -75,12 +76,23 @@ const STRATEGIES: &[(&str, &str, NewStrategy)] = &[
     ),
 ];
 
+/// Built-in kinds served at several versions: group, kind, storage version and converter.
+const CONVERSIONS: &[(&str, &str, &str, super::BuiltinConversion)] = &[(
+    "autoscaling",
+    "HorizontalPodAutoscaler",
+    "v2",
+    crate::strategy::hpa::convert,
+)];
+
 /// The catalog entry of one built-in kind; `generic` is the shared generic strategy.
 fn entry(kind: &BuiltinKind, generic: &Arc<dyn Strategy>) -> ResourceDef {
     let strategy = STRATEGIES
         .iter()
         .find(|(group, name, _)| (*group, *name) == (kind.group, kind.kind))
         .map_or_else(|| generic.clone(), |(_, _, new)| new());
+    let conversion = CONVERSIONS
+        .iter()
+        .find(|(group, name, _, _)| (*group, *name) == (kind.group, kind.kind));
     ResourceDef {
         group: kind.group.into(),
         version: kind.version.into(),
@@ -99,10 +111,12 @@ fn entry(kind: &BuiltinKind, generic: &Arc<dyn Strategy>) -> ResourceDef {
             .subresources
             .contains(&Subresource::Scale)
             .then(ScalePaths::default),
-        storage_version: None,
+        storage_version: conversion
+            .filter(|(_, _, storage, _)| *storage != kind.version)
+            .map(|(_, _, storage, _)| storage.to_string()),
         custom: false,
         create_only: kind.verbs == Verbs::CreateOnly,
-        conversion: None,
+        conversion: conversion.map(|(_, _, _, convert)| super::Conversion::Builtin(*convert)),
     }
 }
 

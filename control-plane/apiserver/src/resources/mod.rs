@@ -92,12 +92,26 @@ pub struct ResourceDef {
     pub storage_version: Option<String>,
     /// Served through a CustomResourceDefinition (JSON merge patch only, no protobuf).
     pub custom: bool,
-    /// A CRD's conversion webhook (`spec.conversion.webhook`: `clientConfig`,
-    /// `conversionReviewVersions`); None: versions differ only in `apiVersion`.
-    pub conversion: Option<serde_json::Value>,
+    /// How objects move between versions; None: versions differ only in `apiVersion`.
+    pub conversion: Option<Conversion>,
     /// A review (access reviews, token reviews): only `create`, answered without storing.
     pub create_only: bool,
 }
+
+/// How the objects of a kind served at several versions are converted between them.
+#[derive(Clone, Debug)]
+pub enum Conversion {
+    /// A CRD's conversion webhook (`spec.conversion.webhook`: `clientConfig`,
+    /// `conversionReviewVersions`).
+    Webhook(serde_json::Value),
+    /// A built-in kind: converted in process, `(object, desired apiVersion)` to the object at
+    /// that version (an error says why it cannot be).
+    Builtin(BuiltinConversion),
+}
+
+/// A built-in kind's converter: `(object, desired apiVersion)` to the object at that version.
+pub type BuiltinConversion =
+    fn(&serde_json::Value, &str) -> std::result::Result<serde_json::Value, String>;
 
 impl std::fmt::Debug for ResourceDef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -231,7 +245,9 @@ impl Catalog {
             .unwrap_or_default()
     }
 
-    /// Groups with their versions, core first, in a stable order.
+    /// Groups with their versions, core first, in a stable order; within a group the
+    /// versions by upstream's version priority (GA before beta before alpha, higher numbers
+    /// first: `v2`, `v1`, `v2beta1`, `v1alpha1`), so the first is the preferred one.
     pub fn group_versions(&self) -> Vec<(String, String)> {
         let mut out: Vec<(String, String)> = Vec::new();
         for def in self.all() {
@@ -240,6 +256,77 @@ impl Catalog {
                 out.push(gv);
             }
         }
+        let first_seen: Vec<String> = out.iter().fold(Vec::new(), |mut groups, (g, _)| {
+            if !groups.contains(g) {
+                groups.push(g.clone());
+            }
+            groups
+        });
+        out.sort_by(|(ga, va), (gb, vb)| {
+            let pos = |g: &String| first_seen.iter().position(|x| x == g);
+            pos(ga)
+                .cmp(&pos(gb))
+                .then_with(|| version_priority(vb).cmp(&version_priority(va)))
+                .then_with(|| va.cmp(vb))
+        });
         out
+    }
+}
+
+/// Upstream's version priority: `v<major>` (GA) above `v<major>beta<minor>` above
+/// `v<major>alpha<minor>`, higher numbers first within each; anything else lowest.
+pub fn version_priority(v: &str) -> (u8, u64, u64) {
+    let Some(rest) = v.strip_prefix('v') else {
+        return (0, 0, 0);
+    };
+    let digits = rest.chars().take_while(char::is_ascii_digit).count();
+    let Ok(major) = rest[..digits].parse::<u64>() else {
+        return (0, 0, 0);
+    };
+    let tail = &rest[digits..];
+    let stage = |prefix: &str, rank: u8| {
+        tail.strip_prefix(prefix)
+            .and_then(|m| m.parse::<u64>().ok())
+            .map(|minor| (rank, major, minor))
+    };
+    if tail.is_empty() {
+        (3, major, 0)
+    } else {
+        stage("beta", 2)
+            .or_else(|| stage("alpha", 1))
+            .unwrap_or((0, 0, 0))
+    }
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::version_priority;
+
+    #[test]
+    fn versions_sort_as_upstream_sorts_them() {
+        let mut vs = vec![
+            "v1alpha1",
+            "v1",
+            "foo",
+            "v2beta2",
+            "v2",
+            "v1beta1",
+            "v11alpha2",
+            "v10",
+        ];
+        vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        assert_eq!(
+            vs,
+            [
+                "v10",
+                "v2",
+                "v1",
+                "v2beta2",
+                "v1beta1",
+                "v11alpha2",
+                "v1alpha1",
+                "foo"
+            ]
+        );
     }
 }

@@ -9,6 +9,7 @@
 mod configmap;
 mod event;
 mod generic;
+pub(crate) mod hpa;
 mod job;
 mod namespace;
 mod node;
@@ -445,6 +446,10 @@ pub fn workload(kind: WorkloadKind) -> Arc<dyn Strategy> {
 /// Jobs.
 pub fn job() -> Arc<dyn Strategy> {
     Arc::new(job::JobStrategy)
+}
+/// HorizontalPodAutoscalers.
+pub fn hpa() -> Arc<dyn Strategy> {
+    Arc::new(hpa::HpaStrategy)
 }
 
 #[cfg(test)]

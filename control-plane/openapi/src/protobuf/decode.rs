@@ -104,6 +104,18 @@ const KEEP_ZERO: &[(&str, &str)] = &[
         "io.k8s.api.autoscaling.v1.HorizontalPodAutoscalerSpec",
         "minReplicas",
     ),
+    (
+        "io.k8s.api.autoscaling.v2.HorizontalPodAutoscalerSpec",
+        "minReplicas",
+    ),
+    (
+        "io.k8s.api.autoscaling.v2.HPAScalingRules",
+        "stabilizationWindowSeconds",
+    ),
+    (
+        "io.k8s.api.autoscaling.v2.MetricTarget",
+        "averageUtilization",
+    ),
     (JSON_SCHEMA_PROPS, "maximum"),
     (JSON_SCHEMA_PROPS, "minimum"),
     (JSON_SCHEMA_PROPS, "maxLength"),
@@ -147,6 +159,17 @@ const PACKAGES: &[(&str, &str, &str)] = &[
     ("node.k8s.io", "v1", "io.k8s.api.node.v1"),
     ("resource.k8s.io", "v1", "io.k8s.api.resource.v1"),
     ("autoscaling", "v1", "io.k8s.api.autoscaling.v1"),
+    ("autoscaling", "v2", "io.k8s.api.autoscaling.v2"),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "io.k8s.api.admissionregistration.v1",
+    ),
+    (
+        "apiregistration.k8s.io",
+        "v1",
+        "io.k8s.kube-aggregator.pkg.apis.apiregistration.v1",
+    ),
     (
         "authentication.k8s.io",
         "v1",

@@ -868,3 +868,23 @@ fn inlined_structs_are_flattened() {
         })
     );
 }
+
+#[test]
+fn every_built_in_kind_decodes_from_protobuf() {
+    // kubectl and client-go send protobuf bodies for built-in kinds: each needs its package.
+    let tables = tables().expect("tables");
+    let missing: Vec<String> = crate::kinds::builtin_kinds()
+        .iter()
+        .map(|k| {
+            let api_version = if k.group.is_empty() {
+                k.version.to_string()
+            } else {
+                format!("{}/{}", k.group, k.version)
+            };
+            (api_version, k.kind)
+        })
+        .filter(|(v, kind)| tables.message_for(v, kind).is_none())
+        .map(|(v, kind)| format!("{v} {kind}"))
+        .collect();
+    assert!(missing.is_empty(), "no protobuf message for {missing:?}");
+}
