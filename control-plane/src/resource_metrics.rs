@@ -16,7 +16,8 @@
 use std::sync::OnceLock;
 
 use fabrik_apiserver::resource_metrics::{
-    parse_cpu, parse_memory, ContainerUsage, NodeUsage, PodUsage, ResourceMetrics,
+    parse_cpu, parse_gpu, parse_memory, ContainerUsage, NodeUsage, PodUsage, ResourceMetrics,
+    GPU_RESOURCE,
 };
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams};
@@ -37,6 +38,9 @@ const SIMULATED_NODE_LABEL: &str = "fabrik.dev/simulated";
 pub const CPU_USAGE_ANNOTATION: &str = syncer::naming::SIM_CPU_USAGE;
 /// A pod annotation: the memory each of its containers is reported to use (a quantity).
 pub const MEMORY_USAGE_ANNOTATION: &str = syncer::naming::SIM_MEMORY_USAGE;
+/// A pod annotation: the share of its GPUs each container keeps busy, in percent (0–100;
+/// without it a container keeps every GPU it requested busy).
+pub const GPU_UTILIZATION_ANNOTATION: &str = syncer::naming::SIM_GPU_UTILIZATION;
 
 fn labels_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -64,6 +68,10 @@ fn simulated_containers(pod: &Pod) -> Vec<ContainerUsage> {
         annotated(CPU_USAGE_ANNOTATION).and_then(|q| parse_cpu(&q)),
         annotated(MEMORY_USAGE_ANNOTATION).and_then(|q| parse_memory(&q)),
     );
+    let gpu_percent = annotated(GPU_UTILIZATION_ANNOTATION)
+        .and_then(|p| p.trim().parse::<u64>().ok())
+        .map(|p| p.min(100))
+        .unwrap_or(100);
     spec.containers
         .iter()
         .map(|c| {
@@ -82,6 +90,10 @@ fn simulated_containers(pod: &Pod) -> Vec<ContainerUsage> {
                 memory_bytes: memory
                     .or_else(|| request("memory").and_then(|q| parse_memory(&q)))
                     .unwrap_or(IDLE_MEMORY_BYTES),
+                gpu_millis: request(GPU_RESOURCE)
+                    .and_then(|q| parse_gpu(&q))
+                    .filter(|g| *g > 0)
+                    .map(|g| g * gpu_percent / 100),
             }
         })
         .collect()
@@ -146,15 +158,20 @@ impl ResourceMetrics for SimulatedUsage {
                         && p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&name)
                 });
                 let (mut cpu, mut memory) = (NODE_BASE_CPU_NANOCORES, NODE_BASE_MEMORY_BYTES);
+                let mut gpu: Option<u64> = None;
                 for c in on_node.flat_map(simulated_containers) {
                     cpu = cpu.saturating_add(c.cpu_nanocores);
                     memory = memory.saturating_add(c.memory_bytes);
+                    if let Some(g) = c.gpu_millis {
+                        gpu = Some(gpu.unwrap_or(0).saturating_add(g));
+                    }
                 }
                 NodeUsage {
                     name,
                     labels: labels_of(&n.metadata),
                     cpu_nanocores: cpu,
                     memory_bytes: memory,
+                    gpu_millis: gpu,
                 }
             })
             .collect())
@@ -230,10 +247,11 @@ impl HostMetrics {
     }
 }
 
-fn usage_of(v: &Value) -> (u64, u64) {
+fn usage_of(v: &Value) -> (u64, u64, Option<u64>) {
     (
         v["cpu"].as_str().and_then(parse_cpu).unwrap_or(0),
         v["memory"].as_str().and_then(parse_memory).unwrap_or(0),
+        v[GPU_RESOURCE].as_str().and_then(parse_gpu),
     )
 }
 
@@ -246,7 +264,7 @@ impl ResourceMetrics for HostMetrics {
             .into_iter()
             .flatten()
             .map(|n| {
-                let (cpu, memory) = usage_of(&n["usage"]);
+                let (cpu, memory, gpu) = usage_of(&n["usage"]);
                 NodeUsage {
                     name: n["metadata"]["name"].as_str().unwrap_or("").to_string(),
                     labels: n["metadata"]["labels"]
@@ -255,6 +273,7 @@ impl ResourceMetrics for HostMetrics {
                         .unwrap_or_default(),
                     cpu_nanocores: cpu,
                     memory_bytes: memory,
+                    gpu_millis: gpu,
                 }
             })
             .collect())
@@ -297,11 +316,12 @@ impl ResourceMetrics for HostMetrics {
                 .into_iter()
                 .flatten()
                 .map(|c| {
-                    let (cpu, memory) = usage_of(&c["usage"]);
+                    let (cpu, memory, gpu) = usage_of(&c["usage"]);
                     ContainerUsage {
                         name: c["name"].as_str().unwrap_or("").to_string(),
                         cpu_nanocores: cpu,
                         memory_bytes: memory,
+                        gpu_millis: gpu,
                     }
                 })
                 .collect();

@@ -36,11 +36,15 @@ pub const LOCATED_FOR: Duration = Duration::from_secs(5);
 /// At most this many Services are remembered (the oldest half is dropped past it).
 const REMEMBERED: usize = 4096;
 
+/// A host Service's port: namespace, name, port.
+type ServicePort = (String, String, u16);
+
 /// Services of the host cluster, read through its client.
 #[derive(Default)]
 pub struct HostServices {
     host: OnceLock<kube::Client>,
-    located: Mutex<HashMap<(String, String, u16), (Instant, Backend)>>,
+    /// Where each Service port was found to be served, and when.
+    located: Mutex<HashMap<ServicePort, (Instant, Backend)>>,
 }
 
 impl HostServices {

@@ -1,5 +1,6 @@
-//! HorizontalPodAutoscaler (`autoscaling/v2`) in a tenant, with kubectl: a Deployment whose
-//! pods the simulated nodes report busy (the documented `sim.fabrik.dev/cpu-usage` annotation,
+//! HorizontalPodAutoscaler (`autoscaling/v2`) in a tenant, with kubectl: a GPU Deployment whose
+//! pods the simulated nodes report busy (the documented `sim.fabrik.dev/cpu-usage` and
+//! `sim.fabrik.dev/gpu-utilization` annotations,
 //! kept on the tenant pods' host copies) is scaled up to the autoscaler's maximum, then back
 //! down to its minimum when they report idle — through the tenant's built-in resource metrics
 //! API, with the status, columns and Events upstream's controller writes.
@@ -15,9 +16,9 @@ fn poll(what: &str, check: impl FnMut() -> Result<bool>) -> Result<()> {
     e2e::poll_until(what, Duration::from_secs(90), check)
 }
 
-fn deployment(cpu_usage: &str) -> String {
+fn deployment(cpu_usage: &str, gpu_percent: u32) -> String {
     format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{sim.fabrik.dev/cpu-usage: {cpu_usage}}}\n    spec:\n      containers:\n      - name: main\n        image: nginx\n        resources: {{requests: {{cpu: 100m, nvidia.com/gpu: \"1\"}}, limits: {{nvidia.com/gpu: \"1\"}}}}\n"
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web}}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata:\n      labels: {{app: web}}\n      annotations: {{sim.fabrik.dev/cpu-usage: {cpu_usage}, sim.fabrik.dev/gpu-utilization: \"{gpu_percent}\"}}\n    spec:\n      containers:\n      - name: main\n        image: nginx\n        resources: {{requests: {{cpu: 100m, nvidia.com/gpu: \"1\"}}, limits: {{nvidia.com/gpu: \"1\"}}}}\n"
     )
 }
 
@@ -31,6 +32,8 @@ spec:
   metrics:
   - type: Resource
     resource: {name: cpu, target: {type: Utilization, averageUtilization: 50}}
+  - type: Resource
+    resource: {name: nvidia.com/gpu, target: {type: Utilization, averageUtilization: 50}}
   behavior:
     scaleDown: {stabilizationWindowSeconds: 0}
 ";
@@ -55,7 +58,7 @@ fn an_autoscaler_scales_a_gpu_deployment_up_and_down_on_its_pods_cpu() -> Result
     };
 
     // Busy pods: 200m of 100m requested is 400 % of the 50 % target — up to the maximum.
-    apply_ok(k, &cfg, &deployment("200m"))?;
+    apply_ok(k, &cfg, &deployment("200m", 90))?;
     apply_ok(k, &cfg, HPA)?;
     poll("scaled up to 3", || Ok(replicas()? == "3"))?;
     poll("the autoscaler's status", || {
@@ -72,6 +75,19 @@ fn an_autoscaler_scales_a_gpu_deployment_up_and_down_on_its_pods_cpu() -> Result
         )?;
         Ok(status == "ValidMetricFound/3")
     })?;
+    // GPU utilisation (the resource metrics API's GPU extension) is measured too.
+    let gpu = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "hpa",
+            "web",
+            "-o",
+            "jsonpath={.status.currentMetrics[1].resource.current.averageUtilization}",
+        ],
+    )?;
+    assert_eq!(gpu, "90");
     let row = kc_ok(k, &cfg, &["get", "hpa", "web", "--no-headers"])?;
     assert!(
         row.contains("Deployment/web") && row.contains("cpu: 200%/50%"),
@@ -92,7 +108,7 @@ fn an_autoscaler_scales_a_gpu_deployment_up_and_down_on_its_pods_cpu() -> Result
     })?;
 
     // Idle pods (a new template: a rollout): 10 % of the request — down to the minimum.
-    apply_ok(k, &cfg, &deployment("10m"))?;
+    apply_ok(k, &cfg, &deployment("10m", 5))?;
     poll("scaled down to 1", || Ok(replicas()? == "1"))?;
     poll("the autoscaler reporting the idle pods", || {
         let cur = kc_ok(

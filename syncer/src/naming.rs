@@ -128,10 +128,12 @@ pub fn tenant_annotations(virtual_obj: &Value) -> BTreeMap<String, String> {
 pub const SIM_CPU_USAGE: &str = "sim.fabrik.dev/cpu-usage";
 /// The simulated nodes' memory usage annotation of a pod.
 pub const SIM_MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
+/// The simulated nodes' GPU utilisation annotation of a pod (percent of its GPUs).
+pub const SIM_GPU_UTILIZATION: &str = "sim.fabrik.dev/gpu-utilization";
 
 /// The annotations of Fabrik's domains a tenant may set and the host copy keeps: only what
 /// simulated nodes read (they mean nothing to a real kubelet).
-pub const SIMULATION_ANNOTATIONS: &[&str] = &[SIM_CPU_USAGE, SIM_MEMORY_USAGE];
+pub const SIMULATION_ANNOTATIONS: &[&str] = &[SIM_CPU_USAGE, SIM_MEMORY_USAGE, SIM_GPU_UTILIZATION];
 
 /// A JSON object of strings as a map (non-strings skipped).
 pub fn string_map(v: &Value) -> BTreeMap<String, String> {

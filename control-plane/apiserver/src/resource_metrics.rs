@@ -4,6 +4,12 @@
 //! `fabrik up`'s host reads its simulated nodes, a tenant reads its host's metrics API and
 //! names the pods back. An APIService registered for `v1beta1.metrics.k8s.io` (a real
 //! metrics-server) takes precedence, as upstream.
+//!
+//! **Extension:** a container (and node) using GPUs also reports [`GPU_RESOURCE`] in its
+//! `usage`: the GPUs it keeps busy, in GPU units (`500m` = half of one GPU's time). It is the
+//! quantity its request is written in, so an autoscaler's `Resource` metric on
+//! `nvidia.com/gpu` with a `Utilization` target scales on GPU utilisation. `kubectl top` and
+//! clients that know only `cpu` and `memory` ignore it.
 
 use serde_json::{json, Value};
 
@@ -11,6 +17,9 @@ use serde_json::{json, Value};
 pub const GROUP: &str = "metrics.k8s.io";
 /// The version served.
 pub const VERSION: &str = "v1beta1";
+
+/// The resource name of the GPU usage extension (see the module).
+pub const GPU_RESOURCE: &str = "nvidia.com/gpu";
 
 /// One container's usage.
 #[derive(Clone, Debug, PartialEq)]
@@ -21,6 +30,8 @@ pub struct ContainerUsage {
     pub cpu_nanocores: u64,
     /// Memory in bytes (working set).
     pub memory_bytes: u64,
+    /// GPUs kept busy, in thousandths of a GPU; None for a container without GPUs.
+    pub gpu_millis: Option<u64>,
 }
 
 /// One pod's usage.
@@ -47,6 +58,8 @@ pub struct NodeUsage {
     pub cpu_nanocores: u64,
     /// Memory in bytes.
     pub memory_bytes: u64,
+    /// GPUs kept busy by its pods, in thousandths of a GPU; None when none are used.
+    pub gpu_millis: Option<u64>,
 }
 
 /// Where a cluster's resource metrics come from.
@@ -98,8 +111,33 @@ pub fn node_metrics(n: &NodeUsage, now: &str) -> Value {
         "kind": "NodeMetrics", "apiVersion": format!("{GROUP}/{VERSION}"),
         "metadata": {"name": n.name, "labels": n.labels, "creationTimestamp": now},
         "timestamp": now, "window": WINDOW,
-        "usage": {"cpu": cpu_quantity(n.cpu_nanocores), "memory": memory_quantity(n.memory_bytes)},
+        "usage": usage(n.cpu_nanocores, n.memory_bytes, n.gpu_millis),
     })
+}
+
+/// A `usage` ResourceList.
+fn usage(cpu_nanocores: u64, memory_bytes: u64, gpu_millis: Option<u64>) -> Value {
+    let mut u =
+        json!({"cpu": cpu_quantity(cpu_nanocores), "memory": memory_quantity(memory_bytes)});
+    if let Some(g) = gpu_millis {
+        u[GPU_RESOURCE] = json!(gpu_quantity(g));
+    }
+    u
+}
+
+/// `m` thousandths of a GPU as a quantity (`1`, `500m`).
+pub fn gpu_quantity(millis: u64) -> String {
+    if millis.is_multiple_of(1000) {
+        (millis / 1000).to_string()
+    } else {
+        format!("{millis}m")
+    }
+}
+
+/// Parses a GPU quantity into thousandths of a GPU.
+pub fn parse_gpu(q: &str) -> Option<u64> {
+    let q: fabrik_machinery::quantity::Quantity = q.parse().ok()?;
+    u64::try_from(q.milli_value()).ok()
 }
 
 /// A `PodMetrics` object.
@@ -108,8 +146,7 @@ pub fn pod_metrics(p: &PodUsage, now: &str) -> Value {
         .containers
         .iter()
         .map(|c| {
-            json!({"name": c.name, "usage": {
-                "cpu": cpu_quantity(c.cpu_nanocores), "memory": memory_quantity(c.memory_bytes)}})
+            json!({"name": c.name, "usage": usage(c.cpu_nanocores, c.memory_bytes, c.gpu_millis)})
         })
         .collect();
     json!({

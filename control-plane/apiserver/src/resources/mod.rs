@@ -314,7 +314,7 @@ mod version_tests {
             "v11alpha2",
             "v10",
         ];
-        vs.sort_by(|a, b| version_priority(b).cmp(&version_priority(a)));
+        vs.sort_by_key(|v| std::cmp::Reverse(version_priority(v)));
         assert_eq!(
             vs,
             [

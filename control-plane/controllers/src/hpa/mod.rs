@@ -35,7 +35,7 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 
 use crate::shared::{shutdown, Context};
-use replicas::{History, Proposal, Rules, Sample, Target};
+use replicas::{Behavior, History, Proposal, Sample, Target};
 
 /// How often every autoscaler is evaluated (upstream's `--horizontal-pod-autoscaler-sync-period`).
 pub const SYNC_PERIOD: Duration = Duration::from_secs(15);
@@ -630,12 +630,12 @@ async fn reconcile(hpa: Arc<HorizontalPodAutoscaler>, st: Arc<State>) -> Result<
     }
 
     let behavior = serde_json::to_value(&spec.behavior).unwrap_or(Value::Null);
-    let (up, down) = (Rules::of(&behavior, true), Rules::of(&behavior, false));
+    let rules = Behavior::of(&behavior);
     let now = Instant::now();
     let (next, reason, message) = {
         let mut all = st.history.lock().unwrap_or_else(|e| e.into_inner());
         let h = all.entry(key.clone()).or_default();
-        replicas::normalize(h, now, current, desired, min, max, &up, &down)
+        replicas::normalize(h, now, current, desired, min, max, &rules)
     };
     let mut last_scale = serde_json::to_value(&status.last_scale_time).unwrap_or(Value::Null);
     if next != current {

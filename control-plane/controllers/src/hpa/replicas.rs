@@ -219,6 +219,25 @@ impl Rules {
     }
 }
 
+/// Both directions' rules of a `behavior`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Behavior {
+    /// `scaleUp`.
+    pub up: Rules,
+    /// `scaleDown`.
+    pub down: Rules,
+}
+
+impl Behavior {
+    /// The rules of `behavior`, upstream's defaults filling what is missing.
+    pub fn of(behavior: &Value) -> Behavior {
+        Behavior {
+            up: Rules::of(behavior, true),
+            down: Rules::of(behavior, false),
+        }
+    }
+}
+
 /// What one autoscaler remembers between passes: its unstabilized proposals and its scale
 /// events (replicas added or removed), each with when.
 #[derive(Clone, Debug, Default)]
@@ -264,9 +283,9 @@ pub fn normalize(
     desired: i32,
     min: i32,
     max: i32,
-    up: &Rules,
-    down: &Rules,
+    behavior: &Behavior,
 ) -> (i32, &'static str, String) {
+    let (up, down) = (&behavior.up, &behavior.down);
     history.forget_before(now);
     // Stabilize: the lowest proposal of the up window, the highest of the down window.
     let mut up_rec = desired;
@@ -495,61 +514,30 @@ mod tests {
     #[test]
     fn scale_down_waits_for_its_window_and_up_is_rate_limited() {
         let t0 = Instant::now();
-        let up = Rules::of(&Value::Null, true);
-        let down = Rules::of(&Value::Null, false);
-        assert_eq!(down.window, Duration::from_secs(300));
+        let b = Behavior::of(&Value::Null);
+        assert_eq!(b.down.window, Duration::from_secs(300));
+        let secs = Duration::from_secs;
         let mut h = History::default();
         // Up from 1 to 20 wanted: at most max(1 + 4, 2 × 1) = 5 in the first 15 s.
-        let (r, reason, _) = normalize(&mut h, t0, 1, 20, 1, 10, &up, &down);
+        let (r, reason, _) = normalize(&mut h, t0, 1, 20, 1, 10, &b);
         assert_eq!((r, reason), (5, "ScaleUpLimit"));
         h.scaled(t0, 1, 5);
         // Within the same period nothing more may be added beyond the period's limit.
-        let (r, _, _) = normalize(
-            &mut h,
-            t0 + Duration::from_secs(5),
-            5,
-            20,
-            1,
-            10,
-            &up,
-            &down,
-        );
+        let (r, _, _) = normalize(&mut h, t0 + secs(5), 5, 20, 1, 10, &b);
         assert_eq!(r, 5);
         // After the period: up to the maximum.
-        let (r, reason, _) = normalize(
-            &mut h,
-            t0 + Duration::from_secs(20),
-            5,
-            20,
-            1,
-            10,
-            &up,
-            &down,
-        );
+        let (r, reason, _) = normalize(&mut h, t0 + secs(20), 5, 20, 1, 10, &b);
         assert_eq!((r, reason), (10, "TooManyReplicas"));
         // A lower proposal within the down window keeps the highest recent one.
-        let (r, reason, _) = normalize(
-            &mut h,
-            t0 + Duration::from_secs(30),
-            10,
-            2,
-            1,
-            10,
-            &up,
-            &down,
-        );
+        let (r, reason, _) = normalize(&mut h, t0 + secs(30), 10, 2, 1, 10, &b);
         assert_eq!((r, reason), (10, "ScaleDownStabilized"));
         // Without a window it goes down at once (100 % per 15 s allows all of it).
-        let quick = Rules::of(
-            &json!({"scaleDown": {"stabilizationWindowSeconds": 0}}),
-            false,
-        );
-        let mut h = History::default();
-        let (r, _, _) = normalize(&mut h, t0, 10, 2, 1, 10, &up, &quick);
+        let quick = Behavior::of(&json!({"scaleDown": {"stabilizationWindowSeconds": 0}}));
+        let (r, _, _) = normalize(&mut History::default(), t0, 10, 2, 1, 10, &quick);
         assert_eq!(r, 2);
         // Disabled: never down.
-        let off = Rules::of(&json!({"scaleDown": {"selectPolicy": "Disabled"}}), false);
-        let (r, _, _) = normalize(&mut History::default(), t0, 10, 2, 1, 10, &up, &off);
+        let off = Behavior::of(&json!({"scaleDown": {"selectPolicy": "Disabled"}}));
+        let (r, _, _) = normalize(&mut History::default(), t0, 10, 2, 1, 10, &off);
         assert_eq!(r, 10);
     }
 }
