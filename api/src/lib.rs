@@ -75,8 +75,37 @@ pub const GANG_SIZE: &str = "fabrik.dev/gang-size";
 pub const ANNOTATION_SIM_STOP_SECONDS: &str = "fabrik.dev/sim-stop-seconds";
 
 /// Pod annotation read by the simulated kubelet: seconds after which the simulated containers
-/// exit 0 (absent: they run until the pod is deleted).
+/// exit (the host's older name of [`sim::RUN_SECONDS`], which takes precedence).
 pub const ANNOTATION_SIM_RUN_SECONDS: &str = "fabrik.dev/sim-run-seconds";
+
+/// Pod annotations of the simulation that anyone may set, tenants included (the syncer keeps
+/// them on a tenant pod's host copy; a real kubelet ignores them). Documented in the user
+/// guide ("Simulated nodes").
+pub mod sim {
+    /// Seconds the containers run before they exit (absent: 1 s for pods that do not restart
+    /// `Always`, forever for those that do).
+    pub const RUN_SECONDS: &str = "sim.fabrik.dev/run-seconds";
+    /// The code the containers exit with (default 0). Non-zero: `Failed` with `restartPolicy:
+    /// Never`; restarted with back-off (`CrashLoopBackOff`) otherwise.
+    pub const EXIT_CODE: &str = "sim.fabrik.dev/exit-code";
+    /// `"false"`: the containers run but are not ready (a failing readiness probe).
+    pub const READY: &str = "sim.fabrik.dev/ready";
+    /// The CPU each container is reported to use (resource metrics).
+    pub const CPU_USAGE: &str = "sim.fabrik.dev/cpu-usage";
+    /// The memory each container is reported to use (resource metrics).
+    pub const MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
+    /// The share of its GPUs each container keeps busy, in percent (resource metrics).
+    pub const GPU_UTILIZATION: &str = "sim.fabrik.dev/gpu-utilization";
+    /// All of them.
+    pub const ALL: &[&str] = &[
+        RUN_SECONDS,
+        EXIT_CODE,
+        READY,
+        CPU_USAGE,
+        MEMORY_USAGE,
+        GPU_UTILIZATION,
+    ];
+}
 
 /// Scheduler name of the GPU-aware scheduler of `fabrik up` (it also takes `default-scheduler`).
 pub const SCHEDULER_NAME: &str = "fabrik-scheduler";

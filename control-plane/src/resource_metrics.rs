@@ -35,12 +35,12 @@ const IDLE_MEMORY_BYTES: u64 = 8 * 1024 * 1024;
 const SIMULATED_NODE_LABEL: &str = "fabrik.dev/simulated";
 
 /// A pod annotation: the CPU each of its containers is reported to use (a quantity).
-pub const CPU_USAGE_ANNOTATION: &str = syncer::naming::SIM_CPU_USAGE;
+pub const CPU_USAGE_ANNOTATION: &str = fabrik_api::sim::CPU_USAGE;
 /// A pod annotation: the memory each of its containers is reported to use (a quantity).
-pub const MEMORY_USAGE_ANNOTATION: &str = syncer::naming::SIM_MEMORY_USAGE;
+pub const MEMORY_USAGE_ANNOTATION: &str = fabrik_api::sim::MEMORY_USAGE;
 /// A pod annotation: the share of its GPUs each container keeps busy, in percent (0–100;
 /// without it a container keeps every GPU it requested busy).
-pub const GPU_UTILIZATION_ANNOTATION: &str = syncer::naming::SIM_GPU_UTILIZATION;
+pub const GPU_UTILIZATION_ANNOTATION: &str = fabrik_api::sim::GPU_UTILIZATION;
 
 fn labels_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,

@@ -8,7 +8,9 @@
 //! - `GET /apis/<GROUP>/v1/namespaces/<ns>/flavors`: a `FlavorList` with one Flavor whose
 //!   `spec.requestedBy` and `spec.groups` are the `X-Remote-User` and `X-Remote-Group` it got;
 //! - `GET /openapi/v3/apis/<GROUP>/v1`: an OpenAPI v3 document with the `Flavor` schema
-//!   (`spec.requestedBy` described as [`FLAVOR_FIELD_DOC`]).
+//!   (`spec.requestedBy` described as [`FLAVOR_FIELD_DOC`]);
+//! - `GET /openapi/v2`: the same as a Swagger 2.0 document (with a path of another group, which
+//!   a cluster must not take from it).
 
 use std::net::TcpListener;
 use std::sync::{Arc, Mutex, RwLock};
@@ -27,6 +29,30 @@ pub const GROUP: &str = "flavors.test.fabrik.dev";
 
 /// The description of `Flavor.spec.requestedBy` in the server's OpenAPI document.
 pub const FLAVOR_FIELD_DOC: &str = "Who asked for this flavor, as the front proxy said.";
+
+/// The server's OpenAPI v2 document.
+fn swagger(gv: &str) -> Value {
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "flavors", "version": "v1"},
+        "paths": {
+            format!("/apis/{gv}/namespaces/{{namespace}}/flavors/{{name}}"): {
+                "get": {"responses": {"200": {"description": "OK",
+                    "schema": {"$ref": "#/definitions/dev.fabrik.test.flavors.v1.Flavor"}}}},
+            },
+            "/apis/apps/v1/not-mine": {"get": {"responses": {"200": {"description": "OK"}}}},
+        },
+        "definitions": {
+            "dev.fabrik.test.flavors.v1.Flavor": {
+                "type": "object",
+                "description": "A flavor.",
+                "x-kubernetes-group-version-kind": [{"group": GROUP, "version": "v1", "kind": "Flavor"}],
+                "properties": {"spec": {"type": "object", "properties": {
+                    "requestedBy": {"type": "string", "description": FLAVOR_FIELD_DOC}}}},
+            },
+        },
+    })
+}
 
 /// The server's OpenAPI v3 document of `<GROUP>/v1`.
 fn openapi(gv: &str) -> Value {
@@ -161,6 +187,8 @@ fn answer(
     let base = format!("/apis/{gv}");
     let body: Option<Value> = if path == format!("/openapi/v3{base}") {
         Some(openapi(&gv))
+    } else if path == "/openapi/v2" {
+        Some(swagger(&gv))
     } else if path == base {
         Some(json!({
             "kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv,

@@ -160,6 +160,19 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
         ],
     )?;
     assert!(explained.contains(FLAVOR_FIELD_DOC), "{explained}");
+    // ... and its group's paths and definitions join the OpenAPI v2 document (nothing else of
+    // the backend's does).
+    let v2 = kc_ok(k, &cfg, &["get", "--raw", "/openapi/v2"])?;
+    assert!(
+        v2.contains(&format!(
+            "/apis/{GROUP}/v1/namespaces/{{namespace}}/flavors/{{name}}"
+        )) && v2.contains("dev.fabrik.test.flavors.v1.Flavor"),
+        "the aggregated paths are missing from /openapi/v2"
+    );
+    assert!(
+        !v2.contains("not-mine"),
+        "a path of another group was taken"
+    );
     // A user without access is stopped here (RBAC), before the backend.
     let before = backend.calls().len();
     let denied = kc(

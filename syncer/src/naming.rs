@@ -124,16 +124,9 @@ pub fn tenant_annotations(virtual_obj: &Value) -> BTreeMap<String, String> {
         .collect()
 }
 
-/// The simulated nodes' CPU usage annotation of a pod (see `fabrik up`'s resource metrics).
-pub const SIM_CPU_USAGE: &str = "sim.fabrik.dev/cpu-usage";
-/// The simulated nodes' memory usage annotation of a pod.
-pub const SIM_MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
-/// The simulated nodes' GPU utilisation annotation of a pod (percent of its GPUs).
-pub const SIM_GPU_UTILIZATION: &str = "sim.fabrik.dev/gpu-utilization";
-
 /// The annotations of Fabrik's domains a tenant may set and the host copy keeps: only what
 /// simulated nodes read (they mean nothing to a real kubelet).
-pub const SIMULATION_ANNOTATIONS: &[&str] = &[SIM_CPU_USAGE, SIM_MEMORY_USAGE, SIM_GPU_UTILIZATION];
+pub const SIMULATION_ANNOTATIONS: &[&str] = fabrik_api::sim::ALL;
 
 /// A JSON object of strings as a map (non-strings skipped).
 pub fn string_map(v: &Value) -> BTreeMap<String, String> {

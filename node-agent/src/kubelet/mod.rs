@@ -242,7 +242,9 @@ impl Kubelet {
             let step = lifecycle::step(pod, self.started.contains_key(&uid), now);
             let result = match step {
                 Step::Start => self.start(pod, now).await,
-                Step::Exit => self.exit(pod, now).await,
+                Step::Exit(code) => self.exit(pod, code, now).await,
+                Step::Crash(code) => self.crash(pod, code, now).await,
+                Step::Restart => self.restart(pod, now).await,
                 Step::Finish => self.finish(pod).await,
                 Step::Wait => Ok(()),
             };
@@ -327,23 +329,70 @@ impl Kubelet {
         Ok(())
     }
 
-    async fn exit(&mut self, pod: &Pod, now: Timestamp) -> Result<()> {
+    async fn exit(&mut self, pod: &Pod, code: i32, now: Timestamp) -> Result<()> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         pods.patch_status(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(&lifecycle::exited_status(pod, now)),
+            &Patch::Merge(&lifecycle::exited_status(pod, code, now)),
         )
         .await
         .map_err(api(format!("completing pod {ns}/{name}")))?;
         for (c, _) in lifecycle::container_names(pod) {
             self.logs
-                .append(&ns, &name, &c, format!("{now} exited with code 0"));
+                .append(&ns, &name, &c, format!("{now} exited with code {code}"));
             self.logs.end(&ns, &name, &c);
         }
         // The pod IP stays taken until the pod is gone, as a real kubelet keeps it.
+        Ok(())
+    }
+
+    /// The containers exited and will be restarted after a back-off.
+    async fn crash(&mut self, pod: &Pod, code: i32, now: Timestamp) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let status = lifecycle::crashed_status(pod, code, now);
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(api(format!("restarting pod {ns}/{name}")))?;
+        let wait = status["status"]["containerStatuses"][0]["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        for (c, _) in lifecycle::container_names(pod) {
+            self.logs.append(
+                &ns,
+                &name,
+                &c,
+                format!("{now} exited with code {code}; {wait}"),
+            );
+        }
+        Ok(())
+    }
+
+    /// The back-off is over: the containers run again.
+    async fn restart(&mut self, pod: &Pod, now: Timestamp) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        pods.patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(&lifecycle::restarted_status(pod, now)),
+        )
+        .await
+        .map_err(api(format!("restarting pod {ns}/{name}")))?;
+        for (c, _) in lifecycle::container_names(pod) {
+            self.logs.append(
+                &ns,
+                &name,
+                &c,
+                format!("{now} simulated container {c} restarted"),
+            );
+        }
         Ok(())
     }
 

@@ -31,6 +31,9 @@ pub struct Checked {
     pub discovery: Value,
     /// The backend's OpenAPI v3 document of the group version, when it serves one.
     pub openapi: Option<Value>,
+    /// The part of the backend's OpenAPI v2 document for the group version: its paths under
+    /// `/apis/<group>/<version>` and the definitions they use, when it serves one.
+    pub openapi_v2: Option<Value>,
 }
 
 /// The outcome of one check: what the backend serves, or why not (reason, message).
@@ -53,6 +56,7 @@ async fn check(
             return Ok(Checked {
                 discovery: aggregator.simulated_discovery(reg),
                 openapi: None,
+                openapi_v2: None,
             })
         }
     };
@@ -79,7 +83,7 @@ async fn check(
         return Err(failed("not an APIResourceList".into()));
     }
     // The backend's OpenAPI (optional: a backend without one is still available).
-    let mut spec = base;
+    let mut spec = base.clone();
     spec.set_path(&format!("/openapi/v3/apis/{}/{}", reg.group, reg.version));
     let openapi = match get(&client, &spec, MAX_OPENAPI_BYTES).await {
         Ok((status, bytes)) if status.is_success() => serde_json::from_slice::<Value>(&bytes)
@@ -87,7 +91,64 @@ async fn check(
             .filter(|d| d["openapi"].is_string() && d["paths"].is_object()),
         _ => None,
     };
-    Ok(Checked { discovery, openapi })
+    let mut spec = base;
+    spec.set_path("/openapi/v2");
+    let openapi_v2 = match get(&client, &spec, MAX_OPENAPI_BYTES).await {
+        Ok((status, bytes)) if status.is_success() => serde_json::from_slice::<Value>(&bytes)
+            .ok()
+            .and_then(|d| v2_part(&d, &reg.group, &reg.version)),
+        _ => None,
+    };
+    Ok(Checked {
+        discovery,
+        openapi,
+        openapi_v2,
+    })
+}
+
+/// The paths of `doc` (a Swagger 2.0 document) under `/apis/<group>/<version>/` and the
+/// definitions they reach (transitively), as `{"paths": …, "definitions": …}`; None when the
+/// document has no such path.
+pub fn v2_part(doc: &Value, group: &str, version: &str) -> Option<Value> {
+    let prefix = format!("/apis/{group}/{version}");
+    let paths: serde_json::Map<String, Value> = doc["paths"]
+        .as_object()?
+        .iter()
+        .filter(|(p, _)| *p == &prefix || p.starts_with(&format!("{prefix}/")))
+        .map(|(p, v)| (p.clone(), v.clone()))
+        .collect();
+    if paths.is_empty() {
+        return None;
+    }
+    let all = doc["definitions"].as_object();
+    let mut wanted: Vec<String> = Vec::new();
+    let mut queue: Vec<Value> = paths.values().cloned().collect();
+    while let Some(v) = queue.pop() {
+        match v {
+            Value::Object(m) => {
+                if let Some(name) = m
+                    .get("$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.strip_prefix("#/definitions/"))
+                {
+                    if !wanted.iter().any(|w| w == name) {
+                        wanted.push(name.to_string());
+                        if let Some(d) = all.and_then(|a| a.get(name)) {
+                            queue.push(d.clone());
+                        }
+                    }
+                }
+                queue.extend(m.into_iter().map(|(_, v)| v));
+            }
+            Value::Array(a) => queue.extend(a),
+            _ => {}
+        }
+    }
+    let definitions: serde_json::Map<String, Value> = wanted
+        .into_iter()
+        .filter_map(|n| Some((n.clone(), all?.get(&n)?.clone())))
+        .collect();
+    Some(json!({"paths": paths, "definitions": definitions}))
 }
 
 /// GETs `url` as the aggregator (`system:kube-aggregator` in `system:masters`).
@@ -259,5 +320,37 @@ pub async fn run(
         if !wakeups.wait_at_most(next).await {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_v2_part_is_the_group_version_s_paths_and_what_they_use() {
+        let doc = json!({"swagger": "2.0",
+            "paths": {
+                "/apis/g.example/v1/things": {"get": {"responses": {"200": {"schema":
+                    {"$ref": "#/definitions/g.v1.ThingList"}}}}},
+                "/apis/g.example/v2/things": {"get": {}},
+                "/api/v1/pods": {"get": {}}},
+            "definitions": {
+                "g.v1.ThingList": {"properties": {"items": {"type": "array",
+                    "items": {"$ref": "#/definitions/g.v1.Thing"}}}},
+                "g.v1.Thing": {"properties": {"metadata": {"$ref": "#/definitions/meta.ObjectMeta"}}},
+                "meta.ObjectMeta": {"type": "object"},
+                "unused": {"type": "object"}}});
+        let part = v2_part(&doc, "g.example", "v1").expect("part");
+        let paths: Vec<&String> = part["paths"].as_object().expect("paths").keys().collect();
+        assert_eq!(paths, ["/apis/g.example/v1/things"]);
+        let mut defs: Vec<&String> = part["definitions"]
+            .as_object()
+            .expect("definitions")
+            .keys()
+            .collect();
+        defs.sort();
+        assert_eq!(defs, ["g.v1.Thing", "g.v1.ThingList", "meta.ObjectMeta"]);
+        assert!(v2_part(&doc, "other.example", "v1").is_none());
     }
 }

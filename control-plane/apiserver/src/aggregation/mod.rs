@@ -72,6 +72,8 @@ struct Found {
     discovery: Value,
     /// The backend's OpenAPI v3 document and its hash.
     openapi: Option<(Value, String)>,
+    /// Its part of the OpenAPI v2 document (see `available::v2_part`).
+    openapi_v2: Option<Value>,
 }
 
 /// The group, version and Service of an APIService that names a Service.
@@ -291,6 +293,37 @@ impl Aggregator {
         })
     }
 
+    /// The cluster's OpenAPI v2 document `own` with every aggregated API's paths and the
+    /// definitions they use added (the cluster's own definitions win a name clash); None when
+    /// no backend serves an OpenAPI v2 document.
+    pub fn merged_openapi_v2(&self, own: &Value) -> Option<Value> {
+        let found = self.found.lock().ok()?;
+        let parts: Vec<&Value> = found
+            .values()
+            .filter_map(|f| f.openapi_v2.as_ref())
+            .collect();
+        if parts.is_empty() {
+            return None;
+        }
+        let mut doc = own.clone();
+        for part in parts {
+            for (field, entries) in [
+                ("paths", &part["paths"]),
+                ("definitions", &part["definitions"]),
+            ] {
+                let (Some(target), Some(entries)) =
+                    (doc[field].as_object_mut(), entries.as_object())
+                else {
+                    continue;
+                };
+                for (k, v) in entries {
+                    target.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+        Some(doc)
+    }
+
     /// `(group/version, hash)` of every aggregated OpenAPI v3 document (for the index).
     pub fn openapi_v3_hashes(&self) -> Vec<(String, String)> {
         self.found
@@ -316,6 +349,7 @@ impl Aggregator {
                         Found {
                             discovery: c.discovery,
                             openapi,
+                            openapi_v2: c.openapi_v2,
                         },
                     )
                 }

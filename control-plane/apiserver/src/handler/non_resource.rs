@@ -106,6 +106,26 @@ impl ApiServer {
             Route::OpenApiV2 => {
                 let wants_proto = accept.is_some_and(|a| a.contains("protobuf"));
                 let doc = self.openapi.v2(catalog)?;
+                // Aggregated APIs' paths and definitions join the cluster's own.
+                if let Some(merged) = self.aggregator.merged_openapi_v2(&doc) {
+                    if wants_proto {
+                        // What a backend wrote cannot make the cluster's own document
+                        // unavailable: without the backends' part when it does not encode.
+                        let bytes = match fabrik_openapi::v2_protobuf(&merged) {
+                            Ok(b) => b,
+                            Err(_) => self.openapi.v2_protobuf(catalog)?,
+                        };
+                        return Ok(Reply {
+                            status: StatusCode::OK,
+                            body: full(bytes),
+                            content_type:
+                                "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                            warnings: Vec::new(),
+                            upgrade: None,
+                        });
+                    }
+                    return Ok(Reply::json(StatusCode::OK, &merged));
+                }
                 if wants_proto {
                     let bytes = self.openapi.v2_protobuf(catalog)?;
                     return Ok(Reply {
