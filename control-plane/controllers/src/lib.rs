@@ -144,20 +144,40 @@ pub async fn run_with(
             }
         }
     };
-    futures::join!(
-        gc::run(client.clone(), shutdown.clone()),
-        replicaset::run(client.clone(), shutdown.clone()),
-        deployment::run(client.clone(), shutdown.clone()),
-        job::run(client.clone(), shutdown.clone()),
-        statefulset::run(client.clone(), shutdown.clone()),
-        daemonset::run(client.clone(), shutdown.clone()),
-        cronjob::run(client.clone(), shutdown.clone()),
-        hpa::run(client.clone(), shutdown.clone()),
-        resourcequota::run(client.clone(), shutdown.clone()),
-        endpoints::run(client.clone(), shutdown.clone()),
-        api_service,
-        root_ca,
-        load_balancers,
-        serviceaccount::run(client, shutdown),
-    );
+    // Each controller is a task of its own: one busy controller (the garbage collector over a
+    // burst, a reconcile with many writes) never holds up the others' watches and reconciles,
+    // and they run on every worker thread.
+    type Task = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+    let tasks: Vec<Task> = vec![
+        Box::pin(gc::run(client.clone(), shutdown.clone())),
+        Box::pin(replicaset::run(client.clone(), shutdown.clone())),
+        Box::pin(deployment::run(client.clone(), shutdown.clone())),
+        Box::pin(job::run(client.clone(), shutdown.clone())),
+        Box::pin(statefulset::run(client.clone(), shutdown.clone())),
+        Box::pin(daemonset::run(client.clone(), shutdown.clone())),
+        Box::pin(cronjob::run(client.clone(), shutdown.clone())),
+        Box::pin(hpa::run(client.clone(), shutdown.clone())),
+        Box::pin(resourcequota::run(client.clone(), shutdown.clone())),
+        Box::pin(endpoints::run(client.clone(), shutdown.clone())),
+        Box::pin(api_service),
+        Box::pin(root_ca),
+        Box::pin(load_balancers),
+        Box::pin(serviceaccount::run(client, shutdown)),
+    ];
+    let handles: Vec<tokio::task::JoinHandle<()>> = tasks.into_iter().map(tokio::spawn).collect();
+    // Stopping this future (the cluster shutting down) stops them all.
+    let _abort_on_drop: Vec<AbortOnDrop> = handles
+        .iter()
+        .map(|h| AbortOnDrop(h.abort_handle()))
+        .collect();
+    futures::future::join_all(handles).await;
+}
+
+/// Aborts a spawned controller when the future that runs the controllers is dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
