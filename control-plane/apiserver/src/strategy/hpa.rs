@@ -335,6 +335,25 @@ impl Strategy for HpaStrategy {
             )),
             Some(_) => {}
         }
+        // At v1, what only v2 can say rides in annotations: they must read as v2 would.
+        if is_v1(obj) {
+            for key in [
+                METRICS_ANNOTATION,
+                CURRENT_METRICS_ANNOTATION,
+                CONDITIONS_ANNOTATION,
+                BEHAVIOR_ANNOTATION,
+            ] {
+                if let Some(text) = obj["metadata"]["annotations"][key].as_str() {
+                    if let Err(e) = serde_json::from_str::<Value>(text) {
+                        errs.push(invalid(
+                            format!("metadata.annotations[{key}]"),
+                            "",
+                            format!("must be JSON: {e}"),
+                        ));
+                    }
+                }
+            }
+        }
         if let Some(t) = spec["targetCPUUtilizationPercentage"].as_i64() {
             if t < 1 {
                 errs.push(invalid(
@@ -705,10 +724,21 @@ mod tests {
         assert!(v1["metadata"]["annotations"][METRICS_ANNOTATION].is_string());
         let back = convert(&v1, "autoscaling/v2").expect("to v2");
         assert_eq!(back, v2);
-        // A bad annotation is an error, not a silent loss.
+        // A bad annotation is an error, not a silent loss — refused when written, naming it.
         let mut bad = v1.clone();
         bad["metadata"]["annotations"][METRICS_ANNOTATION] = json!("{not json");
         assert!(convert(&bad, "autoscaling/v2").is_err());
+        let fields: Vec<String> = HpaStrategy
+            .validate(&bad)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert!(
+            fields
+                .iter()
+                .any(|f| f == &format!("metadata.annotations[{METRICS_ANNOTATION}]")),
+            "{fields:?}"
+        );
     }
 
     #[test]
