@@ -216,11 +216,14 @@ fn custom_resources_end_to_end() {
         if res.contains("widgets") {
             bail!("still served after deletion: {res}");
         }
-        // Re-creating it finds no old objects.
+        // Re-creating it finds no old objects. (Bounded like the deletion above: under a loaded
+        // suite this once took longer than 20 s — the same open CRD-controller latency.)
         f.kubectl_ok(&k, &["apply", "-f", &crd.display().to_string()])?;
-        poll("the CRD to be established again", || {
-            established(&f, &k, "widgets.example.com")
-        })?;
+        e2e::poll_until(
+            "the CRD to be established again",
+            Duration::from_secs(75),
+            || established(&f, &k, "widgets.example.com"),
+        )?;
         let left = f.kubectl_ok(&k, &["get", "widgets", "-A", "-o", "name"])?;
         if !left.trim().is_empty() {
             bail!("objects survived their CRD: {left}");
