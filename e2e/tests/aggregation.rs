@@ -190,9 +190,13 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
 
     // Another tenant naming the same Service gets its own (absent) one.
     apply_ok(k, &other, &api_service("flavors", &backend.ca_bundle()))?;
-    poll("the bystander's ServiceNotFound", || {
-        Ok(condition(k, &other)? == "False/ServiceNotFound")
-    })?;
+    // (Bounded by the availability controller's idle recheck: a missed store-watch wakeup,
+    // the open bug of the stop-26 note, once delayed this past 60 s in a loaded suite.)
+    e2e::poll_until(
+        "the bystander's ServiceNotFound",
+        Duration::from_secs(90),
+        || Ok(condition(k, &other)? == "False/ServiceNotFound"),
+    )?;
     let out = kc(k, &other, &["get", "--raw", &format!("/apis/{GROUP}/v1")])?;
     assert!(!out.status.success());
     assert!(

@@ -1,7 +1,8 @@
 //! The availability controller: for every APIService that names a Service, asks the backend
 //! for its discovery document (`GET /apis/<group>/<version>`, as `system:kube-aggregator` in
 //! `system:masters`, through the front proxy) on every change to an APIService and every
-//! [`RECHECK`] (sooner, [`RETRY`], while one is unavailable; never while there is none); sets
+//! [`RECHECK`] (sooner, [`RETRY`], while one is unavailable; every [`IDLE_RECHECK`] while
+//! there is none); sets
 //! the `Available` condition
 //! (written only when it changes) and keeps the document for aggregated discovery.
 
@@ -17,6 +18,8 @@ use crate::registry::{object, Part, Registry, WriteOptions};
 
 /// How often available backends are checked again.
 pub const RECHECK: Duration = Duration::from_secs(30);
+/// How often a cluster without APIServices looks again (besides every change).
+pub const IDLE_RECHECK: Duration = Duration::from_secs(60);
 /// How often an unavailable backend is tried again.
 pub const RETRY: Duration = Duration::from_secs(5);
 /// How long one check may take.
@@ -314,8 +317,10 @@ pub async fn run(
         let next = match reconcile(&aggregator, &registry, role).await {
             Found::Unavailable => Some(RETRY),
             Found::Available => Some(RECHECK),
-            // An idle tenant without APIServices costs no periodic pass.
-            Found::Nothing => None,
+            // Without APIServices a pass is one empty list; it still runs now and then, so a
+            // missed wakeup (an open bug of store watches under load, see the CRD controller)
+            // delays a new APIService's condition by at most this, never forever.
+            Found::Nothing => Some(IDLE_RECHECK),
         };
         if !wakeups.wait_at_most(next).await {
             return;
