@@ -63,6 +63,10 @@ pub const DRA_DRIVER: &str = "gpu.fabrik.dev";
 /// ResourceSlice (`gpu-3`, `gpu-1-mig-4`, `gpu-2-shared-0`), comma-separated.
 pub const ANNOTATION_GPU_IDS: &str = "fabrik.dev/gpu-ids";
 
+/// Pod annotation naming the devices of the pod's ResourceClaims on its node (DRA device names,
+/// comma-separated), written by the scheduler that allocated or reserved them.
+pub const ANNOTATION_CLAIM_GPU_IDS: &str = "fabrik.dev/claim-gpu-ids";
+
 /// Pod label or annotation declaring a gang: pods with the same value in one namespace are
 /// placed all together or not at all.
 pub const GANG: &str = "fabrik.dev/gang";

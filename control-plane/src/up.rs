@@ -221,6 +221,8 @@ pub async fn run(args: UpArgs) -> Result<()> {
     let host_ca_pem = host_ca.cert_pem().to_string();
     host_settings.root_ca_pem = Some(host_ca_pem.clone());
     host_settings.load_balancer_pool = Some(args.load_balancer_pool);
+    // Its scheduler (the node agents') allocates its ResourceClaims.
+    host_settings.releases_claims = true;
     // The host's own webhooks: its Services, read through its client once it is started.
     let host_services = Arc::new(crate::webhooks::HostServices::default());
     // Its resource metrics: what its simulated nodes report.

@@ -13,7 +13,13 @@
 //!   `allocateLoadBalancerNodePorts: false`, the ports that name a `nodePort`);
 //! - claims: `persistentvolumeclaims`, `requests.storage`, and both per storage class
 //!   (`<class>.storageclass.storage.k8s.io/...`);
-//! - configmaps, secrets, replicationcontrollers, resourcequotas: their legacy names.
+//! - configmaps, secrets, replicationcontrollers, resourcequotas: their legacy names;
+//! - DRA ResourceClaims (`resource.k8s.io`): `<class>.deviceclass.resource.k8s.io/devices`
+//!   per device class (a request's count; `All` as the most a request can get, 32; a
+//!   `firstAvailable` request as its largest subrequest per class), and, for the classes of
+//!   Fabrik's GPU driver ([`GPU_CLASS_DOMAIN`]), `requests.nvidia.com/gpu` as well — so that a
+//!   GPU quota counts devices claimed as it counts devices requested by pods
+//!   ([`counted_by`] names the kinds that share a resource).
 //!
 //! Scopes apply to pods only (a quota with scopes counts no other kind): `Terminating`,
 //! `NotTerminating`, `BestEffort`, `NotBestEffort`, `PriorityClass` (with its operators) and
@@ -218,8 +224,88 @@ pub fn claim_usage(pvc: &Value) -> Usage {
     usage
 }
 
+/// Device classes named `gpu.fabrik.dev` or `<x>.gpu.fabrik.dev` hold GPUs.
+pub const GPU_CLASS_DOMAIN: &str = "gpu.fabrik.dev";
+
+/// The most devices an `allocationMode: All` request can get (upstream's
+/// `AllocationResultsMaxSize`), which the quota charges it.
+const ALL_DEVICES: i64 = 32;
+
+fn is_gpu_class(class: &str) -> bool {
+    class == GPU_CLASS_DOMAIN
+        || class
+            .strip_suffix(GPU_CLASS_DOMAIN)
+            .is_some_and(|p| p.ends_with('.'))
+}
+
+/// Devices per class one request (or subrequest) asks for.
+fn request_devices(r: &Value) -> Option<(&str, i64)> {
+    let class = r["deviceClassName"].as_str()?;
+    let n = match r["allocationMode"].as_str() {
+        Some("All") => ALL_DEVICES,
+        _ => r["count"].as_i64().unwrap_or(1).clamp(0, ALL_DEVICES),
+    };
+    Some((class, n))
+}
+
+/// What a DRA ResourceClaim counts (see the module's list).
+pub fn resource_claim_usage(claim: &Value) -> Usage {
+    let mut per_class: BTreeMap<&str, i64> = BTreeMap::new();
+    for r in claim["spec"]["devices"]["requests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let mut this: BTreeMap<&str, i64> = BTreeMap::new();
+        let subs = r["firstAvailable"].as_array().into_iter().flatten();
+        for (class, n) in request_devices(&r["exactly"])
+            .into_iter()
+            .chain(subs.filter_map(request_devices))
+        {
+            let e = this.entry(class).or_insert(0);
+            *e = (*e).max(n);
+        }
+        for (class, n) in this {
+            *per_class.entry(class).or_insert(0) += n;
+        }
+    }
+    let mut usage = Usage::new();
+    usage.insert("count/resourceclaims.resource.k8s.io".into(), units(1));
+    let mut gpus = 0;
+    for (class, n) in per_class {
+        usage.insert(
+            format!("{class}.deviceclass.resource.k8s.io/devices"),
+            units(n),
+        );
+        if is_gpu_class(class) {
+            gpus += n;
+        }
+    }
+    if gpus > 0 {
+        usage.insert("requests.nvidia.com/gpu".into(), units(gpus));
+    }
+    usage
+}
+
+/// The kinds (`group`, `version`, `plural`) whose objects count toward quota resource `key`,
+/// where more than one kind does: GPUs are requested by pods and claimed by ResourceClaims.
+/// Empty for a resource only one kind counts.
+pub fn counted_by(key: &str) -> &'static [(&'static str, &'static str, &'static str)] {
+    if key == "requests.nvidia.com/gpu" {
+        &[
+            ("", "v1", "pods"),
+            ("resource.k8s.io", "v1", "resourceclaims"),
+        ]
+    } else {
+        &[]
+    }
+}
+
 /// What one object of `plural` in API group `group` counts against quotas.
 pub fn usage(group: &str, plural: &str, obj: &Value) -> Usage {
+    if group == "resource.k8s.io" && plural == "resourceclaims" {
+        return resource_claim_usage(obj);
+    }
     if group.is_empty() {
         match plural {
             "pods" => return pod_usage(obj),
@@ -375,6 +461,41 @@ pub fn used<'a>(
         total.entry(k.clone()).or_insert(Quantity::ZERO);
     }
     total
+}
+
+#[cfg(test)]
+mod dra_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn gpu_claims_count_as_gpus() {
+        let claim = json!({"spec": {"devices": {"requests": [
+            {"name": "a", "exactly": {"deviceClassName": "gpu.fabrik.dev", "count": 2}},
+            {"name": "b", "firstAvailable": [
+                {"name": "x", "deviceClassName": "mig.gpu.fabrik.dev", "count": 3},
+                {"name": "y", "deviceClassName": "mig.gpu.fabrik.dev"}]},
+            {"name": "c", "exactly": {"deviceClassName": "nic.example.com",
+                "allocationMode": "All"}}]}}});
+        let u = usage("resource.k8s.io", "resourceclaims", &claim);
+        let n = |k: &str| u.get(k).map(|q| q.nanos() / 1_000_000_000);
+        assert_eq!(
+            n("gpu.fabrik.dev.deviceclass.resource.k8s.io/devices"),
+            Some(2)
+        );
+        assert_eq!(
+            n("mig.gpu.fabrik.dev.deviceclass.resource.k8s.io/devices"),
+            Some(3)
+        );
+        assert_eq!(
+            n("nic.example.com.deviceclass.resource.k8s.io/devices"),
+            Some(32)
+        );
+        assert_eq!(n("requests.nvidia.com/gpu"), Some(5));
+        assert_eq!(n("count/resourceclaims.resource.k8s.io"), Some(1));
+        assert!(!is_gpu_class("notgpu.fabrik.dev"));
+        assert_eq!(counted_by("requests.nvidia.com/gpu").len(), 2);
+    }
 }
 
 #[cfg(test)]

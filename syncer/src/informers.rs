@@ -96,7 +96,7 @@ impl Informer {
 
 /// Which tenant a host object belongs to (`Some("")` for shared Nodes), or `None` to drop it.
 fn route(kind: Kind, obj: &Value) -> Option<String> {
-    if kind == Kind::Node {
+    if kind.shared_on_host() {
         return Some(SHARED.to_string());
     }
     let ns = obj["metadata"]["namespace"].as_str()?;
@@ -163,7 +163,11 @@ impl HostInformers {
     /// Must be called inside a tokio runtime.
     pub fn subscribe(&self, kind: Kind, tenant: &str, notify: Notifier) -> Subscription {
         let informer = self.informer(kind);
-        let cache_key = if kind == Kind::Node { SHARED } else { tenant };
+        let cache_key = if kind.shared_on_host() {
+            SHARED
+        } else {
+            tenant
+        };
         let cache = informer.cache(cache_key);
         let id = {
             let mut s = informer.state.lock().unwrap_or_else(|e| e.into_inner());
@@ -193,7 +197,7 @@ impl HostInformers {
         let api: Api<DynamicObject> =
             Api::all_with(self.inner.client.clone(), &kind.api_resource());
         let config = match kind {
-            Kind::Node | Kind::Event => watcher::Config::default(),
+            Kind::Node | Kind::Event | Kind::DeviceClass => watcher::Config::default(),
             _ => watcher::Config::default().labels(LABEL_TENANT),
         };
         let task = tokio::spawn(run_informer(kind, api, config, informer.clone()));
@@ -216,6 +220,8 @@ async fn run_informer(
     let stream = watcher(api, config).default_backoff();
     let mut stream = std::pin::pin!(stream);
     let mut relist: HashMap<String, HashMap<ObjKey, Arc<Value>>> = HashMap::new();
+    // Whether the host was found not to serve the kind (said once, not per retry).
+    let mut unserved = false;
     let notify = |tenant: &str, v: &Value| {
         let who = if tenant == SHARED { None } else { Some(tenant) };
         for n in inf.notifiers(who) {
@@ -287,9 +293,37 @@ async fn run_informer(
                     c.set_ready();
                 }
             }
+            Err(e) if kind.optional() && is_not_served(&e) => {
+                // No such objects on this host: the caches are ready (empty), and the watch
+                // keeps trying in case the host is upgraded.
+                if !unserved {
+                    unserved = true;
+                    tracing::info!(
+                        ?kind,
+                        "the host does not serve this kind; nothing of it is synced"
+                    );
+                }
+                inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
+                let all: Vec<Arc<Cache>> = inf
+                    .state
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .caches
+                    .values()
+                    .cloned()
+                    .collect();
+                for c in all {
+                    c.set_ready();
+                }
+            }
             Err(e) => tracing::warn!(?kind, error = %e, "host watch failed; retrying"),
         }
     }
+}
+
+/// Whether a watch error says the resource is not served (a 404 on the list).
+fn is_not_served(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404)
 }
 
 #[cfg(test)]

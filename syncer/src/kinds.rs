@@ -26,11 +26,15 @@ pub enum Kind {
     /// networking.k8s.io/v1 Ingress (down; status up) — an extra kind, synced for tenants that
     /// ask for it.
     Ingress,
+    /// resource.k8s.io/v1 ResourceClaim (down; status up).
+    ResourceClaim,
+    /// resource.k8s.io/v1 DeviceClass (up, mirrored read-only).
+    DeviceClass,
 }
 
 impl Kind {
     /// The kinds copied from tenant to host.
-    pub const DOWN: [Kind; 7] = [
+    pub const DOWN: [Kind; 8] = [
         Kind::Pod,
         Kind::Service,
         Kind::Endpoints,
@@ -38,10 +42,11 @@ impl Kind {
         Kind::ConfigMap,
         Kind::Secret,
         Kind::PersistentVolumeClaim,
+        Kind::ResourceClaim,
     ];
 
     /// Every kind watched on the host.
-    pub const HOST: [Kind; 9] = [
+    pub const HOST: [Kind; 11] = [
         Kind::Pod,
         Kind::Service,
         Kind::Endpoints,
@@ -51,7 +56,15 @@ impl Kind {
         Kind::PersistentVolumeClaim,
         Kind::Event,
         Kind::Node,
+        Kind::ResourceClaim,
+        Kind::DeviceClass,
     ];
+
+    /// The host kinds that may not be served (`resource.k8s.io/v1` before Kubernetes 1.34):
+    /// such a host has none of them, and what needs them waits.
+    pub fn optional(self) -> bool {
+        matches!(self, Kind::ResourceClaim | Kind::DeviceClass)
+    }
 
     /// The kinds a Tenant may add to the synced set (`spec.sync.extraKinds`).
     pub const EXTRA: [Kind; 1] = [Kind::Ingress];
@@ -84,6 +97,8 @@ impl Kind {
             Kind::Event => ("", "Event", "events"),
             Kind::Node => ("", "Node", "nodes"),
             Kind::Ingress => ("networking.k8s.io", "Ingress", "ingresses"),
+            Kind::ResourceClaim => ("resource.k8s.io", "ResourceClaim", "resourceclaims"),
+            Kind::DeviceClass => ("resource.k8s.io", "DeviceClass", "deviceclasses"),
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)
     }
@@ -97,6 +112,11 @@ impl Kind {
 
     /// Whether the kind is cluster-scoped.
     pub fn cluster_scoped(self) -> bool {
-        self == Kind::Node
+        matches!(self, Kind::Node | Kind::DeviceClass)
+    }
+
+    /// Whether the host's objects of the kind are shared by every tenant (not per tenant).
+    pub fn shared_on_host(self) -> bool {
+        self.cluster_scoped()
     }
 }

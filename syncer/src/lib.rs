@@ -3,11 +3,12 @@
 //! ```text
 //!  tenant API server (virtual)                     host cluster, namespace fabrik-<tenant>
 //!  Pods, Services, Endpoints(Slices),   ──down──▶  <name>-x-<ns>-x-<tenant>, labelled
-//!  ConfigMaps, Secrets, PVCs                       fabrik.dev/tenant + fabrik.dev/namespace,
-//!                                                  built by allow-list (pods.rs, services.rs,
-//!                                                  objects.rs), policy injected
-//!  pod / service / PVC status, binding, ◀──up────  host status, Events, Nodes in use
-//!  Events, Nodes (GPU share)
+//!  ConfigMaps, Secrets, PVCs,                      fabrik.dev/tenant + fabrik.dev/namespace,
+//!  ResourceClaims                                  built by allow-list (pods.rs, services.rs,
+//!                                                  objects.rs, claims.rs), policy injected
+//!  pod / service / PVC / claim status,  ◀──up────  host status, Events, Nodes in use,
+//!  binding, Events, Nodes (GPU share),             DeviceClasses
+//!  DeviceClasses (read-only mirrors)
 //! ```
 //!
 //! # Public API (what the tenant manager calls)
@@ -46,6 +47,7 @@
 pub mod addresses;
 pub mod admission;
 pub mod cache;
+pub mod claims;
 pub mod events;
 pub mod expectations;
 pub mod gpu;
@@ -172,16 +174,19 @@ pub async fn run_with(
         .collect();
     for kind in Kind::DOWN
         .into_iter()
-        .chain([Kind::Node])
+        .chain([Kind::Node, Kind::DeviceClass])
         .chain(extra.iter().copied())
     {
         let cache = Arc::new(Cache::default());
         tenant_caches.insert(kind, cache.clone());
         let api: Api<DynamicObject> = Api::all_with(tenant.clone(), &kind.api_resource());
-        let config = if kind == Kind::Node {
-            watcher::Config::default().labels(&format!("{}=true", fabrik_api::LABEL_SYNCED_NODE))
-        } else {
-            watcher::Config::default()
+        let config = match kind {
+            Kind::Node => watcher::Config::default()
+                .labels(&format!("{}=true", fabrik_api::LABEL_SYNCED_NODE)),
+            Kind::DeviceClass => {
+                watcher::Config::default().labels(&format!("{}=true", claims::MIRRORED_LABEL))
+            }
+            _ => watcher::Config::default(),
         };
         let q = queue.clone();
         let stream = watcher(api, config).default_backoff();
@@ -336,7 +341,7 @@ fn enqueue_tenant(queue: &Queue, kind: Kind, v: &Value) {
 fn enqueue_host(queue: &Queue, tenant: &str, kind: Kind, v: &Value) {
     let (ns, name) = cache::key_of(v);
     match kind {
-        Kind::Node => queue.push(key(Kind::Node, "", &name)),
+        Kind::Node | Kind::DeviceClass => queue.push(key(kind, "", &name)),
         Kind::Event => queue.push(key(Kind::Event, &ns, &name)),
         _ => {
             // A pod's token Secret changing (or going) is its pod's business.

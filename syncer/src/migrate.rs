@@ -33,7 +33,7 @@ impl Strays {
     pub fn scan(tenant: &str, host_caches: &HashMap<Kind, Arc<Cache>>) -> Strays {
         let mut by_origin: HashMap<Key, Vec<String>> = HashMap::new();
         for (kind, cache) in host_caches {
-            if matches!(kind, Kind::Event | Kind::Node) {
+            if matches!(kind, Kind::Event | Kind::Node | Kind::DeviceClass) {
                 continue;
             }
             for obj in cache.list() {

@@ -5,7 +5,8 @@
 //! API's `metadata.name` / `namespace` / `uid` and `spec.serviceAccountName` are pointed at the
 //! host pod's origin annotations (so the container still sees its tenant identity); the pool's
 //! node selector, tolerations and runtimeClass are injected; GPU requests are mapped by sharing
-//! mode; privileged settings pass only where the policy allows them.
+//! mode; privileged settings pass only where the policy allows them. ResourceClaims are named
+//! by their host copies' names ([`crate::claims`]).
 //!
 //! A projected `serviceAccountToken` source becomes a `secret` source naming one key of the host
 //! pod's token Secret ([`naming::token_secret_name`]), which the syncer fills with a token the
@@ -18,7 +19,7 @@
 //! Not carried over (documented limits): affinity — except a pin to one node by name, which is
 //! how a DaemonSet places its pods — and topology spread constraints (their label
 //! selectors would reach other tenants' pods), `nodeName`, `schedulerName`, `priority`,
-//! `hostAliases`, `readinessGates`, resource claims, inline CSI / image / other volume sources
+//! `hostAliases`, `readinessGates`, inline CSI / image / other volume sources
 //! (replaced by `emptyDir` so that mounts still resolve), `mountPropagation`, probe `host`s.
 
 use std::collections::BTreeMap;
@@ -44,6 +45,9 @@ pub enum Error {
     /// tenant's admission refuses such pods, so this one predates it or bypassed it.
     #[error("tenant pod names unsafe volume paths: {}", .0.join("; "))]
     UnsafePath(Vec<String>),
+    /// A claim of the pod is not made yet (the pod waits for it, as upstream's do).
+    #[error(transparent)]
+    ClaimPending(#[from] crate::claims::ClaimPending),
 }
 
 /// What the pod builder needs to know besides the pod.
@@ -286,6 +290,9 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
             .collect();
         out.insert("volumes".into(), Value::Array(built));
     }
+    if let Some(claims) = crate::claims::host_pod_claims(pod, ctx.tenant)? {
+        out.insert("resourceClaims".into(), claims);
+    }
     if let Some(secrets) = spec["imagePullSecrets"].as_array() {
         let built: Vec<Value> = secrets
             .iter()
@@ -428,6 +435,23 @@ impl Rewriter<'_> {
             if !mapped.is_empty() {
                 resources.insert(kind.into(), Value::Object(mapped));
             }
+        }
+        // The pod's claims a container uses: names within the pod, the same on the host.
+        let claims: Vec<Value> = c["resources"]["claims"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|cl| {
+                let mut o = Map::new();
+                o.insert("name".into(), json!(cl["name"].as_str()?));
+                if let Some(r) = cl["request"].as_str() {
+                    o.insert("request".into(), json!(r));
+                }
+                Some(Value::Object(o))
+            })
+            .collect();
+        if !claims.is_empty() {
+            resources.insert("claims".into(), Value::Array(claims));
         }
         if !resources.is_empty() {
             out.insert("resources".into(), Value::Object(resources));

@@ -62,6 +62,9 @@ pub struct Policy {
     /// `kubernetes` Service's environment (`KUBERNETES_SERVICE_HOST`, ...) pointing here; when
     /// not, host containers see whatever the host's kubelet gives them.
     pub api_address: Option<ApiAddress>,
+    /// Whether the host's DeviceClasses are mirrored into the tenant (it may claim devices:
+    /// its quota allows GPUs).
+    pub device_classes: bool,
 }
 
 /// The address tenant pods reach their tenant API at: a host Service in front of the Fabrik

@@ -15,7 +15,8 @@ use crate::migrate::Strays;
 use crate::policy::Policy;
 use crate::queue::{Key, Queue};
 use crate::{
-    addresses, events, ingresses, naming, nodes, objects, pods, service_ips, services, tokens,
+    addresses, claims, events, ingresses, naming, nodes, objects, pods, service_ips, services,
+    tokens,
 };
 
 /// Errors of one reconcile step (the step is retried).
@@ -283,6 +284,7 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
     match key.kind {
         Kind::Pod => pod(ctx, &key.namespace, &key.name).await,
         Kind::Node => node(ctx, &key.name).await,
+        Kind::DeviceClass => device_class(ctx, &key.name).await,
         Kind::Event => event(ctx, &key.namespace, &key.name).await,
         kind @ (Kind::Endpoints | Kind::EndpointSlice | Kind::Ingress) => {
             partial(ctx, kind, &key.namespace, &key.name).await
@@ -307,7 +309,8 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         )),
         Kind::Endpoints | Kind::EndpointSlice => address_copy(ctx, kind, obj)?.object,
         Kind::Ingress => ingresses::host_ingress(obj, t, &ctx.policy),
-        Kind::Pod | Kind::Event | Kind::Node => None,
+        Kind::ResourceClaim => Some(claims::host_claim(obj, t)),
+        Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass => None,
     }
 }
 
@@ -555,6 +558,18 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
         (Some(w), None) if kind == Kind::Service => create_service_copy(ctx, w).await,
         (Some(w), None) => ctx.host_create(kind, &w).await,
         (Some(mut w), Some(h)) => {
+            if kind == Kind::ResourceClaim {
+                // A claim's spec cannot change: a new tenant claim of the name replaces its
+                // predecessor's copy (made again once that is gone).
+                let host_uid = naming::origin(h).map(|o| o.uid).unwrap_or_default();
+                if tobj
+                    .as_deref()
+                    .is_some_and(|t| t["metadata"]["uid"] != host_uid.as_str())
+                {
+                    return ctx.host_delete(kind, &hname, None).await;
+                }
+                return claim_status(ctx, ns, name, tobj.as_deref(), h).await;
+            }
             if !up_to_date(h, &w) {
                 w["metadata"]["resourceVersion"] = h["metadata"]["resourceVersion"].clone();
                 ctx.host_replace(kind, &w).await?;
@@ -749,6 +764,8 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                 status.insert("conditions".into(), condition);
                 return ctx.tenant_status(Kind::Pod, ns, name, status).await;
             }
+            // A claim of a template is being made: its tenant pod's status will change.
+            Err(pods::Error::ClaimPending(_)) => return Ok(()),
             Err(e) => return Err(e.into()),
         };
         // What the host pod mounts first, so that its kubelet finds it: the tokens and the
@@ -1122,6 +1139,82 @@ async fn node(ctx: &Context, name: &str) -> Result<(), Error> {
             }
             Ok(())
         }
+    }
+}
+
+/// Copies a host claim's status to its tenant claim (reservations naming tenant pods).
+async fn claim_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    tobj: Option<&Value>,
+    host: &Value,
+) -> Result<(), Error> {
+    let Some(t) = tobj else {
+        return Ok(());
+    };
+    let host_pods = ctx.hcache(Kind::Pod);
+    let status = claims::tenant_claim_status(host, |pod| {
+        host_pods.and_then(|c| c.get(&ctx.host_namespace, pod))
+    });
+    if claims::status_matches(&t["status"], &status) {
+        return Ok(());
+    }
+    ctx.tenant_status(Kind::ResourceClaim, ns, name, status)
+        .await
+}
+
+/// Mirrors a host DeviceClass into the tenant (when its policy lets it use devices), and
+/// removes mirrors of classes the host no longer has. A tenant class the syncer did not make
+/// is left alone.
+async fn device_class(ctx: &Context, name: &str) -> Result<(), Error> {
+    let (Some(tc), Some(hc)) = (ctx.tcache(Kind::DeviceClass), ctx.hcache(Kind::DeviceClass))
+    else {
+        return Ok(());
+    };
+    let host = hc.get("", name).filter(|_| ctx.policy.device_classes);
+    let mine = tc.get("", name);
+    let api = ctx.tenant_api(Kind::DeviceClass, "");
+    let tenant_err = |verb, source| Error::Tenant {
+        verb,
+        kind: Kind::DeviceClass,
+        name: name.into(),
+        source,
+    };
+    match (host, mine) {
+        (Some(h), None) => {
+            let Ok(data) = serde_json::from_value::<DynamicObject>(claims::tenant_device_class(&h))
+            else {
+                return Ok(());
+            };
+            match api.create(&PostParams::default(), &data).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_conflict(&e) => Ok(()),
+                Err(e) => Err(tenant_err("create", e)),
+            }
+        }
+        (Some(h), Some(m)) if claims::is_mirror(&m) => {
+            let mut want = claims::tenant_device_class(&h);
+            if up_to_date(&m, &want) {
+                return Ok(());
+            }
+            want["metadata"]["resourceVersion"] = m["metadata"]["resourceVersion"].clone();
+            let Ok(data) = serde_json::from_value::<DynamicObject>(want) else {
+                return Ok(());
+            };
+            api.replace(name, &PostParams::default(), &data)
+                .await
+                .map(|_| ())
+                .map_err(|e| tenant_err("update", e))
+        }
+        (None, Some(m)) if claims::is_mirror(&m) => {
+            match api.delete(name, &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(e) if is_gone(&e) => Ok(()),
+                Err(e) => Err(tenant_err("delete", e)),
+            }
+        }
+        _ => Ok(()),
     }
 }
 

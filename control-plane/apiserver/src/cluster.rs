@@ -210,6 +210,7 @@ impl Cluster {
         };
         controllers.root_ca_pem = server.settings.root_ca_pem.clone();
         controllers.load_balancer_pool = server.settings.load_balancer_pool;
+        controllers.claims.releases = server.settings.releases_claims;
         tasks.push(tokio::spawn(fabrik_controllers::run_with(
             client,
             controllers,

@@ -130,6 +130,10 @@ pub struct Settings {
     /// Addresses the cluster's own controllers give `type: LoadBalancer` Services (none: no
     /// load balancer is simulated; a real host has its own).
     pub load_balancer_pool: Option<fabrik_controllers::loadbalancer::Pool>,
+    /// The cluster's own scheduler allocates its ResourceClaims (`fabrik up`'s host): its
+    /// claim controller also releases them when their pods finish. A tenant's claims are
+    /// allocated on the host, whose status the syncer copies.
+    pub releases_claims: bool,
     /// How the cluster's admission webhooks are called.
     pub webhooks: crate::webhook::WebhookSettings,
     /// Where the built-in `metrics.k8s.io` gets its figures (none: not served).
@@ -149,6 +153,7 @@ impl Default for Settings {
             service_ips: None,
             pod_api_address: None,
             load_balancer_pool: None,
+            releases_claims: false,
             webhooks: Default::default(),
             resource_metrics: None,
         }

@@ -14,6 +14,7 @@
 //!    ├── cronjob      CronJob → Jobs at scheduled times (woken at the next time, no polling)
 //!    ├── hpa          HorizontalPodAutoscaler → its target's scale, from the metrics APIs (every 15 s)
 //!    ├── resourcequota    ResourceQuota ← what its namespace uses (`status.used`)
+//!    ├── resourceclaim    Pod claim templates → ResourceClaims; releasing finished pods' claims
 //!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
 //!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_service)
 //!    ├── root_ca      `kube-root-ca.crt` in every namespace (with Config::root_ca_pem)
@@ -44,6 +45,7 @@ pub mod job;
 pub mod kubernetes_service;
 pub mod loadbalancer;
 pub mod replicaset;
+pub mod resourceclaim;
 pub mod resourcequota;
 pub mod revision;
 pub mod root_ca;
@@ -67,6 +69,8 @@ pub struct Config {
     /// Addresses for `type: LoadBalancer` Services, for a cluster with no load balancer of its
     /// own (`fabrik up`'s host); without it none are assigned.
     pub load_balancer_pool: Option<loadbalancer::Pool>,
+    /// What the resourceclaim controller does besides making claims from templates.
+    pub claims: resourceclaim::Config,
 }
 
 impl Config {
@@ -83,6 +87,7 @@ impl Config {
             )),
             root_ca_pem: None,
             load_balancer_pool: None,
+            claims: resourceclaim::Config::default(),
         }
     }
 
@@ -93,6 +98,7 @@ impl Config {
             api_service: Some(kubernetes_service::ApiService::at(addr)),
             root_ca_pem: None,
             load_balancer_pool: None,
+            claims: resourceclaim::Config::default(),
         }
     }
 }
@@ -158,6 +164,11 @@ pub async fn run_with(
         Box::pin(cronjob::run(client.clone(), shutdown.clone())),
         Box::pin(hpa::run(client.clone(), shutdown.clone())),
         Box::pin(resourcequota::run(client.clone(), shutdown.clone())),
+        Box::pin(resourceclaim::run(
+            client.clone(),
+            config.claims,
+            shutdown.clone(),
+        )),
         Box::pin(endpoints::run(client.clone(), shutdown.clone())),
         Box::pin(api_service),
         Box::pin(root_ca),

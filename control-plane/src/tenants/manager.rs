@@ -595,6 +595,15 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
         "FabrikTenantPodPolicy"
     }
 
+    async fn validate_delete(
+        &self,
+        req: &fabrik_apiserver::admission::Request<'_>,
+        old: &serde_json::Value,
+    ) -> Result<fabrik_apiserver::admission::Verdict, fabrik_apiserver::ApiError> {
+        mirrored_read_only(req, old)?;
+        Ok(fabrik_apiserver::admission::Verdict::ok())
+    }
+
     async fn validate(
         &self,
         req: &fabrik_apiserver::admission::Request<'_>,
@@ -602,6 +611,7 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
         old: Option<&serde_json::Value>,
     ) -> Result<fabrik_apiserver::admission::Verdict, fabrik_apiserver::ApiError> {
         let (group, plural) = (req.def.group.as_str(), req.def.plural.as_str());
+        mirrored_read_only(req, obj)?;
         let policy = self.policy();
         if req.subresource.is_some() || !syncer::admission::checks(group, plural, &policy) {
             return Ok(fabrik_apiserver::admission::Verdict::ok());
@@ -630,6 +640,25 @@ impl fabrik_apiserver::admission::Admission for SyncerAdmission {
                 ))
             })
     }
+}
+
+/// DeviceClasses are the host's, mirrored by the syncer: no one else writes them in a tenant.
+fn mirrored_read_only(
+    req: &fabrik_apiserver::admission::Request<'_>,
+    obj: &serde_json::Value,
+) -> Result<(), fabrik_apiserver::ApiError> {
+    if req.def.group != "resource.k8s.io" || req.def.plural != "deviceclasses" {
+        return Ok(());
+    }
+    let syncer = fabrik_apiserver::client::controller_identity("syncer").name;
+    if req.user.is_some_and(|u| u.name == syncer) {
+        return Ok(());
+    }
+    Err(fabrik_apiserver::ApiError::Forbidden(format!(
+        "deviceclasses.resource.k8s.io \"{}\" is forbidden: device classes are the host's, \
+         mirrored into the tenant read-only; claims may name them",
+        obj["metadata"]["name"].as_str().unwrap_or("")
+    )))
 }
 
 /// The IPs of the pods of the request's namespace (in their status).
@@ -783,6 +812,7 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         ingress_classes: iso.ingress_classes.clone(),
         external_names: iso.external_names.clone(),
         api_address: None,
+        device_classes: tenant.spec.quota.as_ref().and_then(|q| q.gpus) != Some(0),
     }
 }
 

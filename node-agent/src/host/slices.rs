@@ -1,13 +1,59 @@
 //! The node's DRA ResourceSlice (`resource.k8s.io/v1`): one slice, pool named after the node,
 //! driver `gpu.fabrik.dev`; replaced whole when its devices change, with the pool generation
-//! bumped so that consumers discard older slices.
+//! bumped so that consumers discard older slices. With it, the driver's DeviceClasses
+//! ([`CLASSES`]), as a DRA driver's installation provides them: created when missing, never
+//! changed (an administrator may edit them).
 
-use k8s_openapi::api::resource::v1::{Device, ResourcePool, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceClass, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::PostParams;
 use kube::{Api, Client};
 
 use super::{api, Result};
+
+/// The driver's DeviceClasses: name and the device `type` attribute it selects.
+pub const CLASSES: &[(&str, &str)] = &[
+    ("gpu.fabrik.dev", "gpu"),
+    ("mig.gpu.fabrik.dev", "mig"),
+    ("shared.gpu.fabrik.dev", "shared"),
+];
+
+/// A DeviceClass of the driver selecting devices of `type_`.
+pub fn device_class(name: &str, type_: &str) -> DeviceClass {
+    let driver = fabrik_api::DRA_DRIVER;
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": format!(
+            "device.driver == '{driver}' && device.attributes['{driver}'].type == '{type_}'")}}]},
+    }))
+    .unwrap_or_default()
+}
+
+/// Creates the driver's DeviceClasses that do not exist.
+async fn ensure_classes(client: &Client) -> Result<()> {
+    let classes: Api<DeviceClass> = Api::all(client.clone());
+    for (name, type_) in CLASSES {
+        if classes
+            .get_opt(name)
+            .await
+            .map_err(api("reading a DeviceClass"))?
+            .is_some()
+        {
+            continue;
+        }
+        match classes
+            .create(&PostParams::default(), &device_class(name, type_))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => {}
+            Err(e) => return Err(api("creating a DeviceClass")(e)),
+        }
+    }
+    Ok(())
+}
 
 /// The slice's name for a node.
 pub fn name(node: &str) -> String {
@@ -43,6 +89,7 @@ pub async fn publish(
     if existing.is_some() && current_devices == devices {
         return Ok(false);
     }
+    ensure_classes(client).await?;
     let generation = existing
         .as_ref()
         .map(|s| s.spec.pool.generation + 1)

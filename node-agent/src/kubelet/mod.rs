@@ -303,13 +303,17 @@ impl Kubelet {
             self.ips.release(&ip);
             return Err(api(format!("starting pod {ns}/{name}"))(e));
         }
-        let gpus = pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_IDS))
-            .cloned()
-            .unwrap_or_default();
+        // The devices of its extended resources and of its ResourceClaims.
+        let gpus = [
+            fabrik_api::ANNOTATION_GPU_IDS,
+            fabrik_api::ANNOTATION_CLAIM_GPU_IDS,
+        ]
+        .iter()
+        .filter_map(|k| pod.metadata.annotations.as_ref()?.get(*k))
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",");
         for (c, image) in lifecycle::container_names(pod) {
             self.logs.append(
                 &ns,

@@ -6,6 +6,9 @@
 //!   with the fewest free GPUs (best fit, so that large free groups stay whole for large pods).
 //! * MIG devices and shared slices: taken from the GPU that already has the most devices in
 //!   use (packed), so that whole GPUs stay free for re-partitioning.
+//! * ResourceClaims ([`super::claims`]): an allocated claim's pods go to its node; a pending
+//!   claim's requests take free devices among those their selectors match, whole GPUs as
+//!   above, other devices packed.
 //! * Node choice: best fit — the node left with the fewest free GPU devices of the requested
 //!   kinds, then the least free CPU, then memory; ties by name.
 
@@ -13,6 +16,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
+use super::claims::{ClaimAllocation, ClaimNeed, Count};
 use super::model::{is_gpu_resource, GpuDevice, NodeView, PodRequest};
 
 /// Where a pod goes.
@@ -20,9 +24,14 @@ use super::model::{is_gpu_resource, GpuDevice, NodeView, PodRequest};
 pub struct Placement {
     /// The node.
     pub node: String,
-    /// Indexes into the node's `devices`, in the order chosen.
+    /// Indexes into the node's `devices` for its extended resources, in the order chosen.
     pub devices: Vec<usize>,
+    /// The devices its pending ResourceClaims get there.
+    pub claims: Vec<ClaimAllocation>,
 }
+
+/// What a pod gets on a node: devices for extended resources, and for claims.
+type Fit = (Vec<usize>, Vec<ClaimAllocation>);
 
 fn tolerates(tolerations: &[Toleration], taint: &Taint) -> bool {
     let Ok(taint) = serde_json::to_value(taint) else {
@@ -110,8 +119,79 @@ fn pick_packed(devices: &[GpuDevice], free: &[usize], count: usize) -> Option<Ve
     Some(v)
 }
 
+/// Devices for `pod`'s claims on `node` (none of `taken`), or why they cannot be had there.
+fn fit_claims(
+    node: &NodeView,
+    pod: &PodRequest,
+    taken: &[usize],
+) -> Result<Vec<ClaimAllocation>, String> {
+    let mut used: Vec<usize> = taken.to_vec();
+    let mut out = Vec::new();
+    for need in &pod.claims {
+        let (claim, requests) = match need {
+            ClaimNeed::Allocated {
+                node: Some(n),
+                claim,
+            } if *n != node.name => {
+                return Err(format!(
+                    "resource claim {claim} is allocated on another node"
+                ))
+            }
+            ClaimNeed::Allocated { .. } => continue,
+            ClaimNeed::Pending { claim, requests } => (claim, requests),
+        };
+        let mut results = Vec::new();
+        for r in requests {
+            let mut got = None;
+            for alt in &r.alternatives {
+                let on_node =
+                    |d: &GpuDevice| alt.matching.contains(&(node.name.clone(), d.name.clone()));
+                let free: Vec<usize> = node
+                    .devices
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, d)| d.free() && !used.contains(i) && on_node(d))
+                    .map(|(i, _)| i)
+                    .collect();
+                let picked = match alt.count {
+                    Count::All => {
+                        let all = node.devices.iter().filter(|d| on_node(d)).count();
+                        (!free.is_empty() && free.len() == all).then_some(free)
+                    }
+                    Count::Exactly(n) => {
+                        let whole = free
+                            .iter()
+                            .all(|&i| node.devices[i].resource == "nvidia.com/gpu");
+                        if whole {
+                            pick_whole(&node.devices, &free, n)
+                        } else {
+                            pick_packed(&node.devices, &free, n)
+                        }
+                    }
+                };
+                if let Some(p) = picked {
+                    got = Some((alt.name.clone(), p));
+                    break;
+                }
+            }
+            let Some((name, picked)) = got else {
+                return Err(format!("cannot allocate resource claim {claim}"));
+            };
+            for i in picked {
+                used.push(i);
+                results.push((name.clone(), i));
+            }
+        }
+        out.push(ClaimAllocation {
+            claim: claim.clone(),
+            results,
+        });
+    }
+    Ok(out)
+}
+
 /// Devices for `pod` on `node`, or why it does not fit there.
-pub fn fit(node: &NodeView, pod: &PodRequest) -> Result<Vec<usize>, String> {
+pub fn fit(node: &NodeView, pod: &PodRequest) -> Result<Fit, String> {
     if !node.schedulable {
         return Err("node is not ready or is cordoned".into());
     }
@@ -169,7 +249,8 @@ pub fn fit(node: &NodeView, pod: &PodRequest) -> Result<Vec<usize>, String> {
         };
         chosen.extend(picked);
     }
-    Ok(chosen)
+    let claims = fit_claims(node, pod, &chosen)?;
+    Ok((chosen, claims))
 }
 
 /// Best-fit score of `pod` on `node` with `devices`: lower is better.
@@ -187,7 +268,7 @@ fn score(node: &NodeView, pod: &PodRequest) -> (i64, i64, i64) {
 }
 
 /// A candidate: its score, node name and devices.
-type Candidate<'a> = ((i64, i64, i64), &'a str, Vec<usize>);
+type Candidate<'a> = ((i64, i64, i64), &'a str, Fit);
 
 /// The best node for `pod`, or a summary of why none fits (`0/N nodes are available: …`).
 pub fn choose(nodes: &[NodeView], pod: &PodRequest) -> Result<Placement, String> {
@@ -207,10 +288,11 @@ pub fn choose(nodes: &[NodeView], pod: &PodRequest) -> Result<Placement, String>
             Err(r) => *reasons.entry(r).or_insert(0) += 1,
         }
     }
-    if let Some((_, node, devices)) = best {
+    if let Some((_, node, (devices, claims))) = best {
         return Ok(Placement {
             node: node.to_string(),
             devices,
+            claims,
         });
     }
     let why: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
@@ -233,7 +315,11 @@ pub fn commit(nodes: &mut [NodeView], pod: &PodRequest, placement: &Placement) {
     for (k, v) in &pod.requests {
         *n.free.entry(k.clone()).or_insert(0) -= v;
     }
-    for &i in &placement.devices {
+    let claimed = placement
+        .claims
+        .iter()
+        .flat_map(|c| c.results.iter().map(|(_, i)| *i));
+    for i in placement.devices.iter().copied().chain(claimed) {
         if let Some(d) = n.devices.get_mut(i) {
             d.used += 1;
         }

@@ -8,20 +8,26 @@
 //! `PodScheduled=False`, reason `Unschedulable`, with why. It takes pods whose `schedulerName`
 //! is unset, `default-scheduler` or `fabrik-scheduler`.
 //!
+//! Pods with ResourceClaims ([`claims`]) get their claims allocated on the node they go to,
+//! before they are bound: the claim's `status.allocation` and `reservedFor` are written (guarded
+//! by its resourceVersion), and the devices are named on the pod as
+//! `fabrik.dev/claim-gpu-ids` (device names) and in `fabrik.dev/gpu-devices` (UUIDs).
+//!
 //! Guarantees: a pod is bound at most once (the binding carries the pod's UID and the API
 //! server refuses a second binding); a gang is bound only when all its members fit.
 //! Caveats: it polls rather than watches; pods bound by someone else without
 //! `fabrik.dev/gpu-ids` use node resources but no particular device.
 
+pub mod claims;
 pub mod fit;
 pub mod model;
 pub mod plan;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
@@ -141,7 +147,45 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         .await
         .map_err(api("listing ResourceSlices"))?
         .items;
-    let mut views = model::nodes(&nodes, &slices, &pods);
+    let uses_claims = pending.iter().any(|p| {
+        p.spec
+            .as_ref()
+            .is_some_and(|s| s.resource_claims.as_ref().is_some_and(|c| !c.is_empty()))
+    });
+    let all_claims: Vec<ResourceClaim> = list_served(client, "ResourceClaims").await?;
+    let classes: Vec<DeviceClass> = if uses_claims {
+        list_served(client, "DeviceClasses").await?
+    } else {
+        Vec::new()
+    };
+    let mut views = model::nodes(
+        &nodes,
+        &slices,
+        &pods,
+        &claims::allocated_devices(&all_claims),
+    );
+    let claim_index: BTreeMap<String, &ResourceClaim> = all_claims
+        .iter()
+        .map(|c| {
+            let ns = c.metadata.namespace.as_deref().unwrap_or("");
+            let name = c.metadata.name.as_deref().unwrap_or("");
+            (format!("{ns}/{name}"), c)
+        })
+        .collect();
+    let mut needs = Needs {
+        claims: &claim_index,
+        classes: classes
+            .iter()
+            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+            .collect(),
+        devices: if uses_claims {
+            claims::slice_devices(&slices)
+        } else {
+            Vec::new()
+        },
+        selectors: claims::Selectors::default(),
+        allocating: BTreeSet::new(),
+    };
     let mut bound_in_gang: BTreeMap<String, usize> = BTreeMap::new();
     for p in &pods {
         if model::holds_resources(p).is_some() {
@@ -155,7 +199,15 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
     let mut refused = Vec::new();
     for p in &pending {
         match model::pod_request(p) {
-            Ok(r) => requests.push(r),
+            Ok(mut r) => match needs.of(p) {
+                Ok(Some(claims)) => {
+                    r.claims = claims;
+                    requests.push(r);
+                }
+                // Shares a claim another pod of this round allocates: the next round.
+                Ok(None) => {}
+                Err(reason) => refused.push((*p, reason)),
+            },
             Err(reason) => refused.push((*p, reason)),
         }
     }
@@ -164,13 +216,15 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
     for (req, outcome) in requests.iter().zip(outcomes) {
         let key = format!("{}/{}", req.namespace, req.name);
         match outcome {
-            Outcome::Bind(placement) => match bind(client, &views, req, &placement).await {
-                Ok(()) => {
-                    reported.remove(&key);
-                    bound += 1;
+            Outcome::Bind(placement) => {
+                match bind(client, &views, &claim_index, req, &placement).await {
+                    Ok(()) => {
+                        reported.remove(&key);
+                        bound += 1;
+                    }
+                    Err(e) => tracing::warn!(pod = %key, error = %e, "binding failed"),
                 }
-                Err(e) => tracing::warn!(pod = %key, error = %e, "binding failed"),
-            },
+            }
             Outcome::Unschedulable(reason) => {
                 unschedulable(client, reported, &req.namespace, &req.name, &reason).await
             }
@@ -184,31 +238,164 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
     Ok(bound)
 }
 
+/// What the round knows for allocating pods' claims.
+struct Needs<'a> {
+    claims: &'a BTreeMap<String, &'a ResourceClaim>,
+    classes: BTreeMap<String, &'a DeviceClass>,
+    devices: Vec<(String, String, serde_json::Value)>,
+    selectors: claims::Selectors,
+    /// Pending claims an earlier pod of the round takes.
+    allocating: BTreeSet<String>,
+}
+
+impl Needs<'_> {
+    /// What a pod's claims need; `None` when a claim is being allocated for another pod.
+    fn of(&mut self, pod: &Pod) -> Result<Option<Vec<claims::ClaimNeed>>, String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let mut out = Vec::new();
+        for (in_pod, name) in claims::pod_claims(pod)? {
+            let key = format!("{ns}/{name}");
+            let Some(claim) = self.claims.get(&key) else {
+                return Err(format!(
+                    "resource claim {name:?} (claim {in_pod:?} of the pod) not found"
+                ));
+            };
+            let need = claims::need(claim, &self.classes, &self.devices, &mut self.selectors)?;
+            if matches!(need, claims::ClaimNeed::Pending { .. }) && !self.allocating.insert(key) {
+                return Ok(None);
+            }
+            out.push(need);
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Lists a `resource.k8s.io` kind; a host that does not serve it has none.
+async fn list_served<K>(client: &Client, what: &str) -> Result<Vec<K>>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K::DynamicType: Default,
+{
+    match Api::<K>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(l) => Ok(l.items),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Vec::new()),
+        Err(e) => Err(api(format!("listing {what}"))(e)),
+    }
+}
+
+/// Allocates and reserves the pod's claims as placed (each write guarded by the claim's
+/// resourceVersion, so that a claim changed meanwhile fails this binding rather than being
+/// allocated twice). Returns the claim devices the pod uses, by index on the node.
+async fn reserve_claims(
+    client: &Client,
+    view: Option<&model::NodeView>,
+    claim_index: &BTreeMap<String, &ResourceClaim>,
+    req: &model::PodRequest,
+    placement: &fit::Placement,
+) -> Result<Vec<usize>> {
+    let mut used = Vec::new();
+    let index_of =
+        |device: &str| view.and_then(|v| v.devices.iter().position(|d| d.name == device));
+    for need in &req.claims {
+        let Some(claim) = claim_index.get(need.claim()) else {
+            continue;
+        };
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let api_ns: Api<ResourceClaim> = Api::namespaced(client.clone(), &req.namespace);
+        let rv = claim.metadata.resource_version.clone();
+        let status = match need {
+            claims::ClaimNeed::Pending { .. } => {
+                let Some(alloc) = placement.claims.iter().find(|a| a.claim == need.claim()) else {
+                    continue;
+                };
+                let results: Vec<(String, String)> = alloc
+                    .results
+                    .iter()
+                    .filter_map(|(request, i)| {
+                        let d = view?.devices.get(*i)?;
+                        Some((request.clone(), d.name.clone()))
+                    })
+                    .collect();
+                used.extend(alloc.results.iter().map(|(_, i)| *i));
+                claims::allocated_status(&placement.node, &results, &req.name, &req.uid)
+            }
+            claims::ClaimNeed::Allocated { .. } => {
+                let status = claim.status.clone().unwrap_or_default();
+                for r in status
+                    .allocation
+                    .iter()
+                    .filter_map(|a| a.devices.as_ref())
+                    .flat_map(|d| d.results.iter().flatten())
+                {
+                    if r.pool == placement.node {
+                        used.extend(index_of(&r.device));
+                    }
+                }
+                if claims::reserved_for(claim, &req.uid) {
+                    continue;
+                }
+                let mut reserved = serde_json::to_value(status.reserved_for.unwrap_or_default())
+                    .unwrap_or_else(|_| json!([]));
+                if let Some(list) = reserved.as_array_mut() {
+                    list.push(json!({"resource": "pods", "name": req.name, "uid": req.uid}));
+                }
+                json!({"reservedFor": reserved})
+            }
+        };
+        let patch = json!({"metadata": {"resourceVersion": rv}, "status": status});
+        api_ns
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(api(format!(
+                "reserving resource claim {name} for pod {}",
+                req.name
+            )))?;
+    }
+    Ok(used)
+}
+
 async fn bind(
     client: &Client,
     views: &[model::NodeView],
+    claim_index: &BTreeMap<String, &ResourceClaim>,
     req: &model::PodRequest,
     placement: &fit::Placement,
 ) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &req.namespace);
-    let devices: Vec<&model::GpuDevice> = views
-        .iter()
-        .find(|v| v.name == placement.node)
-        .map(|v| {
-            placement
-                .devices
-                .iter()
-                .filter_map(|&i| v.devices.get(i))
-                .collect()
-        })
-        .unwrap_or_default();
-    if !devices.is_empty() {
+    let view = views.iter().find(|v| v.name == placement.node);
+    let claimed = reserve_claims(client, view, claim_index, req, placement).await?;
+    let pick = |idx: &[usize]| -> Vec<&model::GpuDevice> {
+        view.map(|v| idx.iter().filter_map(|&i| v.devices.get(i)).collect())
+            .unwrap_or_default()
+    };
+    let devices = pick(&placement.devices);
+    let claim_devices = pick(&claimed);
+    if !devices.is_empty() || !claim_devices.is_empty() {
         let ids: Vec<&str> = devices.iter().map(|d| d.name.as_str()).collect();
-        let uuids: Vec<&str> = devices.iter().map(|d| d.uuid.as_str()).collect();
-        let patch = json!({"metadata": {"annotations": {
-            fabrik_api::ANNOTATION_GPU_IDS: ids.join(","),
-            fabrik_api::ANNOTATION_GPU_DEVICES: uuids.join(","),
-        }}});
+        let claim_ids: Vec<&str> = claim_devices.iter().map(|d| d.name.as_str()).collect();
+        let uuids: Vec<&str> = devices
+            .iter()
+            .chain(claim_devices.iter())
+            .map(|d| d.uuid.as_str())
+            .collect();
+        let mut annotations = serde_json::Map::new();
+        if !ids.is_empty() {
+            annotations.insert(fabrik_api::ANNOTATION_GPU_IDS.into(), json!(ids.join(",")));
+        }
+        if !claim_ids.is_empty() {
+            annotations.insert(
+                fabrik_api::ANNOTATION_CLAIM_GPU_IDS.into(),
+                json!(claim_ids.join(",")),
+            );
+        }
+        annotations.insert(
+            fabrik_api::ANNOTATION_GPU_DEVICES.into(),
+            json!(uuids.join(",")),
+        );
+        let patch = json!({"metadata": {"annotations": annotations}});
         pods.patch(&req.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(api(format!("annotating pod {}", req.name)))?;

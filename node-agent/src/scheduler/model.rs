@@ -78,6 +78,8 @@ pub struct PodRequest {
     pub node_affinity: serde_json::Value,
     /// Gang name and size, when the pod declares one.
     pub gang: Option<(String, usize)>,
+    /// What its ResourceClaims need (see [`super::claims`]).
+    pub claims: Vec<super::claims::ClaimNeed>,
 }
 
 /// Whether `resource` is a GPU resource placed on devices.
@@ -164,6 +166,7 @@ pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
             .and_then(|r| serde_json::to_value(r).ok())
             .unwrap_or_default(),
         gang: gang(pod)?,
+        claims: Vec::new(),
     })
 }
 
@@ -241,8 +244,14 @@ pub fn devices(slice: &ResourceSlice) -> Vec<GpuDevice> {
     out
 }
 
-/// Node views from the API objects. `bound` are the pods that hold resources.
-pub fn nodes(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec<NodeView> {
+/// Node views from the API objects. `bound` are the pods that hold resources; `claimed` the
+/// devices allocated to ResourceClaims, `(pool, device)` (the pool is the node's name).
+pub fn nodes(
+    nodes: &[Node],
+    slices: &[ResourceSlice],
+    pods: &[Pod],
+    claimed: &[(String, String)],
+) -> Vec<NodeView> {
     let mut views: Vec<NodeView> = nodes
         .iter()
         .map(|n| {
@@ -298,6 +307,16 @@ pub fn nodes(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec<Node
             if let Some(d) = v.devices.iter_mut().find(|d| d.name == name) {
                 d.used += 1;
             }
+        }
+    }
+    for (pool, device) in claimed {
+        let d = views
+            .iter_mut()
+            .filter(|v| v.name == *pool)
+            .flat_map(|v| v.devices.iter_mut())
+            .find(|d| d.name == *device);
+        if let Some(d) = d {
+            d.used += 1;
         }
     }
     views

@@ -86,24 +86,55 @@ impl ClusterQuota {
         self.exact.load(Ordering::Relaxed)
     }
 
-    fn try_charge(&self, kind: &str, requested: &Usage, hard: &Usage, dry_run: bool) -> bool {
+    /// Charges `requested` to `kind`'s bound if, with the bounds of the kinds in `sharing`
+    /// (which count some of the same resources), it fits under `hard`; false if a bound is
+    /// missing or too tight.
+    fn try_charge(
+        &self,
+        kind: &str,
+        sharing: &[String],
+        requested: &Usage,
+        hard: &Usage,
+        dry_run: bool,
+    ) -> bool {
         if self.is_exact() {
             return false;
         }
         let Ok(mut bounds) = self.bounds.lock() else {
             return false;
         };
-        let Some(b) = bounds.get_mut(kind) else {
-            return false;
-        };
-        if !over(b, requested, hard).is_empty() {
+        let mut total = Usage::new();
+        for k in std::iter::once(kind).chain(sharing.iter().map(String::as_str)) {
+            match bounds.get(k) {
+                Some(b) => quota::add_all(&mut total, b),
+                None => return false,
+            }
+        }
+        if !over(&total, requested, hard).is_empty() {
             return false;
         }
         if !dry_run {
-            quota::add_all(b, requested);
+            if let Some(b) = bounds.get_mut(kind) {
+                quota::add_all(b, requested);
+            }
         }
         true
     }
+}
+
+/// The other kinds (`plural.group`) that count a resource of `requested` (see
+/// [`quota::counted_by`]): GPUs are requested by pods and claimed by ResourceClaims.
+fn sharing_kinds(kind: &str, requested: &Usage) -> Vec<(String, [&'static str; 3])> {
+    let mut out: Vec<(String, [&'static str; 3])> = Vec::new();
+    for key in requested.keys() {
+        for (group, version, plural) in quota::counted_by(key) {
+            let k = format!("{plural}.{group}");
+            if k != kind && !out.iter().any(|(o, _)| *o == k) {
+                out.push((k, [group, version, plural]));
+            }
+        }
+    }
+    out
 }
 
 #[async_trait::async_trait]
@@ -134,9 +165,11 @@ impl Admission for ClusterQuota {
             return Ok(Verdict::ok());
         }
         let kind = format!("{}.{}", req.def.plural, req.def.group);
+        let sharing = sharing_kinds(&kind, &requested);
+        let sharing_names: Vec<String> = sharing.iter().map(|(k, _)| k.clone()).collect();
         if !self.is_exact() {
             let read = self.lock.clone().read_owned().await;
-            if self.try_charge(&kind, &requested, &hard, req.dry_run) {
+            if self.try_charge(&kind, &sharing_names, &requested, &hard, req.dry_run) {
                 return Ok(Verdict {
                     warnings: Vec::new(),
                     hold: Some(Box::new(read)),
@@ -156,7 +189,32 @@ impl Admission for ClusterQuota {
                 .iter()
                 .map(|o| (req.def.group.as_str(), req.def.plural.as_str(), o)),
         );
-        let exceeded = over(&used, &requested, &hard);
+        // What the kinds sharing a resource use, counted exactly too.
+        let mut others = Usage::new();
+        for (name, [group, version, plural]) in &sharing {
+            let Some(def) = req.registry.resource(group, version, plural) else {
+                continue;
+            };
+            let items = req
+                .registry
+                .list(&def, None, &ListParams::default())
+                .await?
+                .items;
+            let theirs = quota::used(
+                &Value::Null,
+                &hard,
+                items.iter().map(|o| (*group, *plural, o)),
+            );
+            quota::add_all(&mut others, &theirs);
+            if !self.is_exact() {
+                if let Ok(mut b) = self.bounds.lock() {
+                    b.insert(name.clone(), theirs);
+                }
+            }
+        }
+        let mut total = used.clone();
+        quota::add_all(&mut total, &others);
+        let exceeded = over(&total, &requested, &hard);
         if !self.is_exact() {
             if let Ok(mut b) = self.bounds.lock() {
                 let mut bound = used;
@@ -275,6 +333,57 @@ mod tests {
             .await
             .expect("list");
         assert_eq!(pods.items.len(), 1);
+    }
+
+    /// GPUs claimed through DRA and GPUs requested by pods count against one GPU quota,
+    /// whichever kind was counted first.
+    #[tokio::test]
+    async fn claimed_and_requested_gpus_share_the_quota() {
+        let f = Fixture::new();
+        let reg = f.replica(&[("requests.nvidia.com/gpu", "2")], false).await;
+        let claim = |name: &str, n: i64| {
+            json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                "metadata": {"name": name}, "spec": {"devices": {"requests": [
+                    {"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev", "count": n}}]}}})
+        };
+        let claims = reg
+            .catalog()
+            .get("resource.k8s.io", "v1", "resourceclaims")
+            .expect("served");
+        let create_claim = |obj: Value| {
+            let (reg, claims) = (&reg, claims.clone());
+            async move {
+                reg.create(&claims, Some("default"), obj, &WriteOptions::default())
+                    .await
+                    .map(|w| w.object)
+            }
+        };
+        create(
+            &reg,
+            "pods",
+            pod(
+                "p",
+                json!({"containers": [
+            {"name": "m", "image": "x", "resources": gpu("1")}]}),
+            ),
+        )
+        .await
+        .expect("1 of 2");
+        let err = create_claim(claim("two", 2)).await.expect_err("1 + 2 > 2");
+        assert!(err.to_string().contains("requests.nvidia.com/gpu"), "{err}");
+        create_claim(claim("one", 1)).await.expect("1 + 1");
+        let err = create(
+            &reg,
+            "pods",
+            pod(
+                "q",
+                json!({"containers": [
+            {"name": "m", "image": "x", "resources": gpu("1")}]}),
+            ),
+        )
+        .await
+        .expect_err("2 + 1 > 2");
+        assert_eq!(err.code(), 403);
     }
 
     #[tokio::test]

@@ -34,6 +34,13 @@ const STRATEGIES: &[(&str, &str, NewStrategy)] = &[
     }),
     ("batch", "Job", strategy::job),
     ("autoscaling", "HorizontalPodAutoscaler", strategy::hpa),
+    ("resource.k8s.io", "DeviceClass", strategy::device_class),
+    ("resource.k8s.io", "ResourceClaim", strategy::resource_claim),
+    (
+        "resource.k8s.io",
+        "ResourceClaimTemplate",
+        strategy::resource_claim_template,
+    ),
     ("rbac.authorization.k8s.io", "Role", strategy::path_named),
     (
         "rbac.authorization.k8s.io",

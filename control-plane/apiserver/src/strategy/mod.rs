@@ -7,6 +7,7 @@
 //! update: `prepare_for_update` → `allocate` → `validate` → `validate_update`.
 
 mod configmap;
+pub(crate) mod dra;
 mod event;
 mod generic;
 pub(crate) mod hpa;
@@ -450,6 +451,18 @@ pub fn job() -> Arc<dyn Strategy> {
 /// HorizontalPodAutoscalers.
 pub fn hpa() -> Arc<dyn Strategy> {
     Arc::new(hpa::HpaStrategy)
+}
+/// DeviceClasses.
+pub fn device_class() -> Arc<dyn Strategy> {
+    Arc::new(dra::DraStrategy(dra::DraKind::DeviceClass))
+}
+/// ResourceClaims.
+pub fn resource_claim() -> Arc<dyn Strategy> {
+    Arc::new(dra::DraStrategy(dra::DraKind::Claim))
+}
+/// ResourceClaimTemplates.
+pub fn resource_claim_template() -> Arc<dyn Strategy> {
+    Arc::new(dra::DraStrategy(dra::DraKind::ClaimTemplate))
 }
 
 #[cfg(test)]

@@ -1,0 +1,183 @@
+//! Dynamic resource allocation (`resource.k8s.io/v1`) from a tenant, end to end on `fabrik up`:
+//! the host's DeviceClasses are mirrored into the tenant read-only; a pod's claim template
+//! becomes a ResourceClaim (tenant controller), synced to the host, allocated a GPU by the
+//! host's scheduler with the pod, status (allocation, `reservedFor` naming the tenant pod)
+//! back in the tenant; the simulated kubelet shows the device; claimed GPUs count against the
+//! tenant's GPU quota; a finished pod's claim is released and deleted on both sides.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use e2e::{kc, kc_apply, kc_apply_ok, kc_ok, kubectls, Fabrik};
+
+fn poll(what: &str, check: impl FnMut() -> Result<bool>) -> Result<()> {
+    e2e::poll_until(what, Duration::from_secs(60), check)
+}
+
+const TEMPLATE_AND_POD: &str = "\
+apiVersion: resource.k8s.io/v1
+kind: ResourceClaimTemplate
+metadata: {name: one-gpu}
+spec:
+  spec:
+    devices:
+      requests:
+      - name: gpu
+        exactly:
+          deviceClassName: gpu.fabrik.dev
+          selectors:
+          - cel: {expression: \"device.capacity['gpu.fabrik.dev'].memory.compareTo(quantity('1Gi')) >= 0\"}
+---
+apiVersion: v1
+kind: Pod
+metadata:
+  name: trainer
+  annotations: {sim.fabrik.dev/run-seconds: \"3\"}
+spec:
+  restartPolicy: Never
+  resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
+  containers:
+  - name: main
+    image: trainer
+    resources: {claims: [{name: gpu}]}
+";
+
+#[test]
+fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
+    let f = Fabrik::start()?;
+    let cfg = f.create_tenant("dra", &["--gpus", "2"])?;
+    let host = f.kubeconfig();
+    let k = &kubectls()[0];
+
+    // The host's classes, mirrored; the tenant cannot change them.
+    poll("the DeviceClasses mirrored", || {
+        let names = kc_ok(k, &cfg, &["get", "deviceclasses", "-o", "name"])?;
+        Ok(names.contains("deviceclass.resource.k8s.io/gpu.fabrik.dev")
+            && names.contains("deviceclass.resource.k8s.io/mig.gpu.fabrik.dev"))
+    })?;
+    let out = kc(k, &cfg, &["delete", "deviceclass", "gpu.fabrik.dev"])?;
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("read-only"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let own = kc_apply(
+        k,
+        &cfg,
+        "apiVersion: resource.k8s.io/v1\nkind: DeviceClass\nmetadata: {name: mine}\nspec: {}\n",
+    )?;
+    assert!(!own.status.success(), "a tenant may not add device classes");
+
+    // A selector that does not compile is refused at once, with the field named.
+    let bad = kc_apply(
+        k,
+        &cfg,
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.fabrik.dev\n        selectors: [{cel: {expression: \"device.driver ==\"}}]\n",
+    )?;
+    assert!(!bad.status.success());
+    let why = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        why.contains("spec.devices.requests[0].exactly.selectors[0].cel.expression"),
+        "{why}"
+    );
+
+    // The pod and its claim.
+    kc_apply_ok(k, &cfg, TEMPLATE_AND_POD)?;
+    let claim_name = || {
+        kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "pod",
+                "trainer",
+                "-o",
+                "jsonpath={.status.resourceClaimStatuses[0].resourceClaimName}",
+            ],
+        )
+    };
+    poll("the claim made from the template", || {
+        Ok(claim_name()?.starts_with("trainer-gpu-"))
+    })?;
+    let claim = claim_name()?;
+    poll("the pod running with its claim allocated", || {
+        let phase = kc_ok(
+            k,
+            &cfg,
+            &["get", "pod", "trainer", "-o", "jsonpath={.status.phase}"],
+        )?;
+        let state = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "resourceclaim",
+                &claim,
+                "-o",
+                "jsonpath={.status.allocation.devices.results[0].device}/{.status.reservedFor[0].name}",
+            ],
+        )?;
+        Ok(matches!(phase.as_str(), "Running" | "Succeeded")
+            && state.starts_with("gpu-")
+            && state.ends_with("/trainer"))
+    })?;
+    let device = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "resourceclaim",
+            &claim,
+            "-o",
+            "jsonpath={.status.allocation.devices.results[0].device}",
+        ],
+    )?;
+    let row = kc_ok(k, &cfg, &["get", "resourceclaims", "--no-headers"])?;
+    assert!(
+        row.contains(&claim) && row.contains("allocated,reserved"),
+        "{row}"
+    );
+    let logs = kc_ok(k, &cfg, &["logs", "trainer"])?;
+    assert!(logs.contains(&format!("GPU devices: {device}")), "{logs}");
+    // On the host: the claim's copy, allocated there.
+    let host_claims = kc_ok(
+        k,
+        &host,
+        &["get", "resourceclaims", "-n", "fabrik-dra", "-o", "name"],
+    )?;
+    assert_eq!(host_claims.lines().count(), 1, "{host_claims}");
+
+    // One GPU is claimed: a claim for two more is over the tenant's two.
+    let over = kc_apply(
+        k,
+        &cfg,
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: two}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.fabrik.dev, count: 2}\n",
+    )?;
+    assert!(!over.status.success());
+    let why = String::from_utf8_lossy(&over.stderr);
+    assert!(
+        why.contains("exceeded the quota") && why.contains("requests.nvidia.com/gpu"),
+        "{why}"
+    );
+
+    // The pod finishes: its claim is released and deleted, here and on the host.
+    poll("the pod done", || {
+        let phase = kc_ok(
+            k,
+            &cfg,
+            &["get", "pod", "trainer", "-o", "jsonpath={.status.phase}"],
+        )?;
+        Ok(phase == "Succeeded")
+    })?;
+    poll("the finished pod's claim deleted", || {
+        let left = kc_ok(k, &cfg, &["get", "resourceclaims", "-o", "name"])?;
+        let on_host = kc_ok(
+            k,
+            &host,
+            &["get", "resourceclaims", "-n", "fabrik-dra", "-o", "name"],
+        )?;
+        Ok(left.trim().is_empty() && on_host.trim().is_empty())
+    })?;
+    Ok(())
+}
