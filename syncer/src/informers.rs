@@ -222,6 +222,7 @@ async fn run_informer(
     let mut relist: HashMap<String, HashMap<ObjKey, Arc<Value>>> = HashMap::new();
     // Whether the host was found not to serve the kind (said once, not per retry).
     let mut unserved = false;
+    let mut last_error: Option<String> = None;
     let notify = |tenant: &str, v: &Value| {
         let who = if tenant == SHARED { None } else { Some(tenant) };
         for n in inf.notifiers(who) {
@@ -250,6 +251,8 @@ async fn run_informer(
                 relist.entry(t).or_default().insert(key_of(&v), Arc::new(v));
             }
             Ok(watcher::Event::InitDone) => {
+                unserved = false;
+                last_error = None;
                 let mut listed = std::mem::take(&mut relist);
                 tracing::debug!(
                     ?kind,
@@ -293,15 +296,14 @@ async fn run_informer(
                     c.set_ready();
                 }
             }
-            Err(e) if kind.optional() && is_not_served(&e) => {
-                // No such objects on this host: the caches are ready (empty), and the watch
-                // keeps trying in case the host is upgraded.
+            Err(e) if kind.optional() && is_unavailable(&e) => {
+                // Not served by this host (or not permitted to Fabrik): none of these objects
+                // are synced, the caches are ready (empty), and the watch keeps trying in case
+                // the host is upgraded or the rights granted.
                 if !unserved {
                     unserved = true;
-                    tracing::info!(
-                        ?kind,
-                        "the host does not serve this kind; nothing of it is synced"
-                    );
+                    tracing::warn!(?kind, error = %e,
+                        "the host does not serve (or Fabrik may not list) this kind; nothing of it is synced");
                 }
                 inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
                 let all: Vec<Arc<Cache>> = inf
@@ -316,14 +318,23 @@ async fn run_informer(
                     c.set_ready();
                 }
             }
-            Err(e) => tracing::warn!(?kind, error = %e, "host watch failed; retrying"),
+            Err(e) => {
+                // Once per different error, not once per retry.
+                let message = e.to_string();
+                if last_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!(?kind, error = %message, "host watch failed; retrying");
+                    last_error = Some(message);
+                } else {
+                    tracing::debug!(?kind, "host watch failed again; retrying");
+                }
+            }
         }
     }
 }
 
-/// Whether a watch error says the resource is not served (a 404 on the list).
-fn is_not_served(e: &watcher::Error) -> bool {
-    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404)
+/// Whether a watch error says the resource is not served (404) or not permitted (403).
+fn is_unavailable(e: &watcher::Error) -> bool {
+    matches!(e, watcher::Error::InitialListFailed(kube::Error::Api(s)) if s.code == 404 || s.code == 403)
 }
 
 #[cfg(test)]

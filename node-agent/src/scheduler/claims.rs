@@ -297,13 +297,12 @@ fn add_quantity_functions(ctx: &mut cel::Context<'_, '_>) -> Result<(), String> 
     use cel::extractors::This;
     type R<T> = Result<T, cel::ExecutionError>;
     let declare = |r: Result<(), cel::DeclarationError>| r.map_err(|e| format!("{e:?}"));
-    declare(ctx.add_function(
-        "quantity",
-        |s: std::sync::Arc<String>| -> R<i64> {
+    declare(
+        ctx.add_function("quantity", |s: std::sync::Arc<String>| -> R<i64> {
             quantity::units(&s)
                 .map_err(|e| cel::ExecutionError::function_error("quantity", e.to_string()))
-        },
-    ))?;
+        }),
+    )?;
     declare(ctx.add_function(
         "compareTo",
         |This(a): This<cel::Value>, b: cel::Value| -> R<i64> {
@@ -322,14 +321,13 @@ fn add_quantity_functions(ctx: &mut cel::Context<'_, '_>) -> Result<(), String> 
         "isLessThan",
         |This(a): This<cel::Value>, b: cel::Value| -> R<bool> { Ok(number(&a)? < number(&b)?) },
     ))?;
-    declare(ctx.add_function(
-        "asInteger",
-        |This(a): This<cel::Value>| -> R<i64> {
+    declare(
+        ctx.add_function("asInteger", |This(a): This<cel::Value>| -> R<i64> {
             i64::try_from(number(&a)?).map_err(|_| {
                 cel::ExecutionError::function_error("asInteger", "out of the int range")
             })
-        },
-    ))?;
+        }),
+    )?;
     Ok(())
 }
 
