@@ -116,3 +116,88 @@ fn tenants_drive_exit_codes_crash_loops_and_readiness() -> Result<()> {
     assert!(ready_endpoints.trim().is_empty(), "{ready_endpoints}");
     Ok(())
 }
+
+/// What training frameworks' Jobs rely on, driven by the simulated exit codes: a pod failure
+/// policy that fails the Job at the first matching exit code, a backoff limit per index
+/// (failed indexes reported, the Job failed once every index is done), and a success policy
+/// that completes an Indexed Job when its leader index succeeds.
+#[test]
+fn jobs_follow_their_failure_and_success_policies() -> Result<()> {
+    let f = Fabrik::start()?;
+    let cfg = f.create_tenant("training", &[])?;
+    let k = &kubectls()[0];
+    let job_state = |name: &str| {
+        kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "job",
+                name,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Failed\")].reason}{.status.conditions[?(@.type==\"Complete\")].reason}",
+            ],
+        )
+    };
+
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: fatal}\nspec:\n  backoffLimit: 6\n  podFailurePolicy:\n    rules:\n    - action: FailJob\n      onExitCodes: {containerName: main, operator: In, values: [42]}\n  template:\n    metadata:\n      annotations: {sim.fabrik.dev/run-seconds: \"1\", sim.fabrik.dev/exit-code: \"42\"}\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: trainer}]\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: per-index}\nspec:\n  completionMode: Indexed\n  completions: 2\n  parallelism: 2\n  backoffLimitPerIndex: 1\n  template:\n    metadata:\n      annotations: {sim.fabrik.dev/run-seconds: \"1\", sim.fabrik.dev/exit-code: \"1\"}\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: trainer}]\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: leader}\nspec:\n  completionMode: Indexed\n  completions: 3\n  parallelism: 3\n  successPolicy:\n    rules: [{succeededIndexes: \"0\"}]\n  template:\n    metadata:\n      annotations: {sim.fabrik.dev/run-seconds: \"1\"}\n    spec:\n      restartPolicy: Never\n      containers: [{name: main, image: trainer}]\n",
+    )?;
+    poll("the failure policy failing the Job", || {
+        Ok(job_state("fatal")? == "PodFailurePolicy")
+    })?;
+    let message = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "job",
+            "fatal",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Failed\")].message}",
+        ],
+    )?;
+    assert!(
+        message.contains("failed with exit code 42 matching FailJob rule at index 0"),
+        "{message}"
+    );
+    let pods = kc_ok(
+        k,
+        &cfg,
+        &["get", "pods", "-l", "job-name=fatal", "-o", "name"],
+    )?;
+    assert_eq!(pods.lines().count(), 1, "no retry after FailJob: {pods}");
+
+    poll("every index failed twice", || {
+        Ok(job_state("per-index")? == "FailedIndexes")
+    })?;
+    let failed = kc_ok(
+        k,
+        &cfg,
+        &[
+            "get",
+            "job",
+            "per-index",
+            "-o",
+            "jsonpath={.status.failedIndexes}/{.status.failed}",
+        ],
+    )?;
+    assert_eq!(failed, "0-1/4");
+
+    poll("the success policy completing the Job", || {
+        Ok(job_state("leader")? == "SuccessPolicy")
+    })?;
+
+    // A failure policy needs restartPolicy Never: refused at once, the field named.
+    let out = e2e::kc_apply(
+        k,
+        &cfg,
+        "apiVersion: batch/v1\nkind: Job\nmetadata: {name: wrong}\nspec:\n  podFailurePolicy:\n    rules: [{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}]\n  template:\n    spec:\n      restartPolicy: OnFailure\n      containers: [{name: main, image: trainer}]\n",
+    )?;
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("spec.template.spec.restartPolicy"), "{why}");
+    Ok(())
+}

@@ -1,18 +1,24 @@
 //! The Job controller: runs pods from the template until `completions` succeed
 //! (`parallelism` at a time; Indexed mode gives each pod a completion index), fails the Job
 //! past `backoffLimit` failed pods or `activeDeadlineSeconds`, and deletes it
-//! `ttlSecondsAfterFinished` after it finished.
+//! `ttlSecondsAfterFinished` after it finished. What training frameworks lean on too
+//! ([`policy`]): a `podFailurePolicy` (first matching rule: `FailJob` fails the Job at once,
+//! reason `PodFailurePolicy`; `Ignore` does not count the failure; `FailIndex` fails the pod's
+//! index; `Count`), `backoffLimitPerIndex` / `maxFailedIndexes` for Indexed Jobs (`status.failedIndexes`;
+//! the Job fails with `FailedIndexes` once every index is done, or `MaxFailedIndexesExceeded`),
+//! and a `successPolicy` (reason `SuccessPolicy`, the remaining pods stopped).
 //!
 //! As Kubernetes 1.31+ does, the outcome is first recorded as an interim condition
 //! (`SuccessCriteriaMet` / `FailureTarget`), remaining pods are deleted, then the terminal
 //! condition (`Complete` / `Failed`) is added. Status: active, ready, succeeded, failed,
-//! completedIndexes, startTime, completionTime.
+//! completedIndexes, failedIndexes, startTime, completionTime.
 //!
 //! Counting differs from upstream in one way: without pod tracking finalizers, succeeded and
 //! failed counts are the maximum of what the status says and the terminal pods that exist (a
 //! terminal pod deleted before it was seen is not counted).
 
 pub mod plan;
+pub mod policy;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -167,7 +173,7 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
         .iter()
         .filter(|p| controller_ref(&p.metadata).is_some_and(|r| r.uid == uid))
         .collect();
-    let observed = plan::observe(&pods, &old, spec.completions);
+    let observed = plan::observe(&pods, &old, spec);
 
     let start = old.start_time.as_ref().map(|t| t.0).unwrap_or(now);
     let mut recheck = None;
@@ -185,18 +191,22 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
         None => false,
     };
     // An outcome already recorded stays.
-    let step = if has_condition(&old, "FailureTarget") {
-        let c = old
-            .conditions
+    let recorded = |type_: &str| {
+        old.conditions
             .iter()
             .flatten()
-            .find(|c| c.type_ == "FailureTarget");
-        Step::Finish(Outcome::Failed(
-            "BackoffLimitExceeded",
-            c.and_then(|c| c.message.clone()).unwrap_or_default(),
-        ))
-    } else if has_condition(&old, "SuccessCriteriaMet") {
-        Step::Finish(Outcome::Complete)
+            .find(|c| c.type_ == type_)
+            .map(|c| {
+                (
+                    c.reason.clone().unwrap_or_default(),
+                    c.message.clone().unwrap_or_default(),
+                )
+            })
+    };
+    let step = if let Some((reason, message)) = recorded("FailureTarget") {
+        Step::Finish(Outcome::Failed(known_reason(&reason), message))
+    } else if let Some((reason, message)) = recorded("SuccessCriteriaMet") {
+        Step::Finish(Outcome::Complete(known_reason(&reason), message))
     } else {
         plan::next_step(spec, &observed, deadline_passed)
     };
@@ -209,6 +219,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
     if spec.completion_mode.as_deref() == Some("Indexed") {
         let formatted = plan::format_indexes(&observed.completed);
         status.completed_indexes = (!formatted.is_empty()).then_some(formatted);
+        if spec.backoff_limit_per_index.is_some() {
+            status.failed_indexes = Some(plan::format_indexes(&observed.failed_indexes));
+        }
     }
     let active: Vec<&Pod> = pods.iter().copied().filter(|p| pod_is_active(p)).collect();
     let mut active_count = observed.active;
@@ -216,12 +229,9 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
     match &step {
         Step::Finish(outcome) => {
             let (interim, terminal, reason, message) = match outcome {
-                Outcome::Complete => (
-                    "SuccessCriteriaMet",
-                    "Complete",
-                    "CompletionsReached",
-                    "Reached expected number of succeeded pods".to_string(),
-                ),
+                Outcome::Complete(reason, message) => {
+                    ("SuccessCriteriaMet", "Complete", *reason, message.clone())
+                }
                 Outcome::Failed(reason, message) => {
                     ("FailureTarget", "Failed", *reason, message.clone())
                 }
@@ -293,6 +303,24 @@ async fn reconcile(job: Arc<Job>, ctx: Arc<Context>) -> Result<Action> {
     }
     ctx.succeeded(job.as_ref());
     Ok(recheck.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// A recorded condition's reason as one of the reasons this controller writes.
+fn known_reason(reason: &str) -> &'static str {
+    const REASONS: &[&str] = &[
+        "BackoffLimitExceeded",
+        "DeadlineExceeded",
+        "PodFailurePolicy",
+        "FailedIndexes",
+        "MaxFailedIndexesExceeded",
+        "SuccessPolicy",
+        "CompletionsReached",
+    ];
+    REASONS
+        .iter()
+        .find(|r| **r == reason)
+        .copied()
+        .unwrap_or("BackoffLimitExceeded")
 }
 
 async fn delete_pods(api: &Api<Pod>, active: &[&Pod], n: usize) -> Result<i32> {
