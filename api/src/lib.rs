@@ -100,9 +100,12 @@ pub mod sim {
     pub const MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
     /// The share of its GPUs each container keeps busy, in percent (resource metrics).
     pub const GPU_UTILIZATION: &str = "sim.fabrik.dev/gpu-utilization";
+    /// Seconds each init container runs before it completes (default 0.5).
+    pub const INIT_RUN_SECONDS: &str = "sim.fabrik.dev/init-run-seconds";
     /// All of them.
     pub const ALL: &[&str] = &[
         RUN_SECONDS,
+        INIT_RUN_SECONDS,
         EXIT_CODE,
         READY,
         CPU_USAGE,

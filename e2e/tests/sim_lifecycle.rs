@@ -201,3 +201,59 @@ fn jobs_follow_their_failure_and_success_policies() -> Result<()> {
     assert!(why.contains("spec.template.spec.restartPolicy"), "{why}");
     Ok(())
 }
+
+/// Init containers run one after the other before the app containers; a sidecar
+/// (`restartPolicy: Always` init container) starts in its turn, runs beside them and stops
+/// after them — in the status a tenant reads and in `kubectl logs`.
+#[test]
+fn init_containers_run_in_order_and_sidecars_stop_last() -> Result<()> {
+    let f = Fabrik::start()?;
+    let cfg = f.create_tenant("staged", &[])?;
+    let k = &kubectls()[0];
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: staged\n  annotations: {sim.fabrik.dev/run-seconds: \"2\", sim.fabrik.dev/init-run-seconds: \"3\"}\nspec:\n  restartPolicy: Never\n  initContainers:\n  - {name: fetch, image: busybox}\n  - {name: proxy, image: envoy, restartPolicy: Always}\n  - {name: migrate, image: busybox}\n  containers: [{name: main, image: trainer}]\n",
+    )?;
+    let jsonpath = |path: &str| {
+        kc_ok(
+            k,
+            &cfg,
+            &["get", "pod", "staged", "-o", &format!("jsonpath={path}")],
+        )
+    };
+    poll("the first init container running", || {
+        Ok(
+            jsonpath("{.status.phase}/{.status.initContainerStatuses[0].state.running.startedAt}")?
+                .starts_with("Pending/2"),
+        )
+    })?;
+    let waiting = jsonpath("{.status.initContainerStatuses[2].state.waiting.reason}/{.status.containerStatuses[0].state.waiting.reason}")?;
+    assert_eq!(waiting, "PodInitializing/PodInitializing");
+    poll("the pod done", || {
+        Ok(jsonpath("{.status.phase}")? == "Succeeded")
+    })?;
+    let finished = |i: usize| {
+        jsonpath(&format!(
+            "{{.status.initContainerStatuses[{i}].state.terminated.finishedAt}}"
+        ))
+    };
+    let (fetch, proxy, migrate) = (finished(0)?, finished(1)?, finished(2)?);
+    let main = jsonpath("{.status.containerStatuses[0].state.terminated.finishedAt}")?;
+    assert!(
+        !fetch.is_empty() && fetch <= migrate,
+        "fetch {fetch} before migrate {migrate}"
+    );
+    assert!(
+        migrate <= main && main <= proxy,
+        "migrate {migrate}, main {main}, proxy {proxy}"
+    );
+    let logs = kc_ok(k, &cfg, &["logs", "staged", "-c", "migrate"])?;
+    assert!(logs.contains("init container migrate completed"), "{logs}");
+    let logs = kc_ok(k, &cfg, &["logs", "staged", "-c", "proxy"])?;
+    assert!(
+        logs.contains("sidecar proxy") && logs.contains("stopped after the app containers"),
+        "{logs}"
+    );
+    Ok(())
+}

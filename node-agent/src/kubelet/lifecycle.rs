@@ -5,6 +5,11 @@
 //! * A bound pod this kubelet has not started is started: phase `Running`, conditions
 //!   `PodScheduled`, `Initialized`, `ContainersReady`, `Ready`, a pod IP, every container
 //!   running.
+//! * Init containers run first, one at a time in order (each for [`INIT_RUN_SECONDS`], or
+//!   `sim.fabrik.dev/init-run-seconds`), the pod `Pending` and not `Initialized` meanwhile,
+//!   its app containers waiting (`PodInitializing`). Sidecars (init containers with
+//!   `restartPolicy: Always`) start in their turn and keep running beside the app containers;
+//!   when the app containers exit for good, the sidecars stop after them.
 //! * With a restart policy other than `Always` (a Job's pod, a Helm hook, a `helm test` pod),
 //!   the containers exit 0 [`DEFAULT_RUN_SECONDS`] after the start — or after
 //!   `sim.fabrik.dev/run-seconds` (`fabrik.dev/sim-run-seconds`, the host's older name), when
@@ -31,11 +36,17 @@ use serde_json::{json, Value};
 /// `fabrik.dev/sim-run-seconds` does not say.
 pub const DEFAULT_RUN_SECONDS: f64 = 1.0;
 
+/// How long each init container of a pod runs when `sim.fabrik.dev/init-run-seconds` does
+/// not say.
+pub const INIT_RUN_SECONDS: f64 = 0.5;
+
 /// What to do with a pod now.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// Start its containers.
+    /// Start it: its first init container, or its containers when it has none.
     Start,
+    /// The running init container has completed: start the next one, or the containers.
+    InitNext,
     /// Its containers have run their course and exited with this code, for good: `Succeeded`
     /// (0) or `Failed`.
     Exit(i32),
@@ -91,6 +102,14 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
     }
     if !started {
         return Step::Start;
+    }
+    if phase == Some("Pending") && !regular_inits(pod).is_empty() {
+        let run =
+            annotation_seconds(pod, fabrik_api::sim::INIT_RUN_SECONDS).unwrap_or(INIT_RUN_SECONDS);
+        return match running_init_started(pod) {
+            Some(at) if now < at + seconds(run) => Step::Wait,
+            _ => Step::InitNext,
+        };
     }
     let policy = pod
         .spec
@@ -183,6 +202,197 @@ pub fn container_names(pod: &Pod) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
+/// The init containers: name, image, and whether each is a sidecar (`restartPolicy:
+/// Always`), in order.
+pub fn init_containers(pod: &Pod) -> Vec<(String, String, bool)> {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.init_containers.as_ref())
+        .map(|list| {
+            list.iter()
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        c.image.clone().unwrap_or_default(),
+                        c.restart_policy.as_deref() == Some("Always"),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The names of the init containers that run to completion (not sidecars), in order.
+pub fn regular_inits(pod: &Pod) -> Vec<String> {
+    init_containers(pod)
+        .into_iter()
+        .filter(|(_, _, sidecar)| !sidecar)
+        .map(|(name, _, _)| name)
+        .collect()
+}
+
+/// The names of the sidecars, in order.
+pub fn sidecars(pod: &Pod) -> Vec<String> {
+    init_containers(pod)
+        .into_iter()
+        .filter(|(_, _, sidecar)| *sidecar)
+        .map(|(name, _, _)| name)
+        .collect()
+}
+
+fn init_statuses(pod: &Pod) -> Vec<Value> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.init_container_statuses.as_ref())
+        .map(|l| {
+            l.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How many regular init containers have completed, by the pod's status.
+pub fn inits_done(pod: &Pod) -> usize {
+    let regular = regular_inits(pod);
+    init_statuses(pod)
+        .iter()
+        .filter(|c| {
+            c["name"]
+                .as_str()
+                .is_some_and(|n| regular.iter().any(|r| r == n))
+                && c["state"]["terminated"]["exitCode"] == 0
+        })
+        .count()
+}
+
+/// When the regular init container now running started.
+fn running_init_started(pod: &Pod) -> Option<Timestamp> {
+    let regular = regular_inits(pod);
+    init_statuses(pod).iter().find_map(|c| {
+        let name = c["name"].as_str()?;
+        if !regular.iter().any(|r| r == name) {
+            return None;
+        }
+        c["state"]["running"]["startedAt"].as_str()?.parse().ok()
+    })
+}
+
+/// The init container statuses when `done` regular init containers have completed (the next
+/// one, if any, running since `now`); `finished` says whether the app containers have exited
+/// for good (the sidecars then stop too).
+fn init_container_statuses(pod: &Pod, done: usize, finished: bool, now: &Value) -> Vec<Value> {
+    let uid = pod.metadata.uid.as_deref().unwrap_or("");
+    let current = init_statuses(pod);
+    let mut regular_seen = 0;
+    let mut out = Vec::new();
+    for (name, image, sidecar) in init_containers(pod) {
+        let base = json!({"name": name, "image": image, "imageID": format!("sim://{image}"),
+            "restartCount": 0});
+        let mut c = base;
+        let state = if sidecar {
+            if regular_seen > done {
+                json!({"waiting": {"reason": "PodInitializing"}})
+            } else if finished {
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}})
+            } else {
+                c["containerID"] = json!(format!("sim://{uid}/{name}"));
+                c["started"] = json!(true);
+                c["ready"] = json!(true);
+                json!({"running": {"startedAt": now}})
+            }
+        } else {
+            let k = regular_seen;
+            regular_seen += 1;
+            if k < done {
+                json!({"terminated": {"exitCode": 0, "reason": "Completed", "finishedAt": now}})
+            } else if k == done {
+                c["containerID"] = json!(format!("sim://{uid}/{name}"));
+                c["started"] = json!(true);
+                json!({"running": {"startedAt": now}})
+            } else {
+                json!({"waiting": {"reason": "PodInitializing"}})
+            }
+        };
+        if c.get("ready").is_none() {
+            c["ready"] = json!(false);
+        }
+        // A state the container is already in keeps its times; one that ends a run keeps
+        // when the run started.
+        let mut state = state;
+        let kind = state.as_object().and_then(|m| m.keys().next().cloned());
+        let previous = current
+            .iter()
+            .find(|p| p["name"] == c["name"])
+            .map(|p| p["state"].clone())
+            .unwrap_or(Value::Null);
+        if !state["terminated"].is_null() && !previous["running"]["startedAt"].is_null() {
+            state["terminated"]["startedAt"] = previous["running"]["startedAt"].clone();
+        }
+        let same = kind
+            .as_ref()
+            .is_some_and(|k| !previous[k.as_str()].is_null());
+        c["state"] = if same { previous } else { state };
+        out.push(c);
+    }
+    out
+}
+
+/// The status of a pod whose init containers run: `done` have completed, the next one runs.
+pub fn initializing_status(
+    pod: &Pod,
+    host_ip: &str,
+    pod_ip: &str,
+    done: usize,
+    now: Timestamp,
+) -> Value {
+    let at = time(now);
+    let started = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.clone())
+        .map(|t| time(t.0))
+        .unwrap_or_else(|| at.clone());
+    let containers: Vec<Value> = container_names(pod)
+        .into_iter()
+        .map(|(name, image)| {
+            json!({"name": name, "image": image, "imageID": "", "ready": false,
+                "started": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "PodInitializing"}}})
+        })
+        .collect();
+    let pending = regular_inits(pod).len().saturating_sub(done);
+    let cond = |t: &str, ok: bool, reason: Option<&str>| {
+        let mut c = json!({"type": t, "status": if ok { "True" } else { "False" },
+            "lastTransitionTime": at, "lastProbeTime": null});
+        if let Some(r) = reason {
+            c["reason"] = json!(r);
+            c["message"] = json!(format!(
+                "containers with incomplete status: [{}]",
+                regular_inits(pod)[done.min(regular_inits(pod).len().saturating_sub(1))..]
+                    .join(" ")
+            ));
+        }
+        c
+    };
+    json!({"status": {
+        "phase": "Pending",
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": started,
+        "conditions": [
+            cond("PodScheduled", true, None),
+            cond("Initialized", pending == 0, (pending > 0).then_some("ContainersNotInitialized")),
+            cond("ContainersReady", false, None),
+            cond("Ready", false, None),
+        ],
+        "initContainerStatuses": init_container_statuses(pod, done, false, &at),
+        "containerStatuses": containers,
+    }})
+}
+
 fn time(t: Timestamp) -> Value {
     serde_json::to_value(Time(t)).unwrap_or(Value::Null)
 }
@@ -266,6 +476,12 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) ->
         .and_then(|s| s.start_time.clone())
         .map(|t| time(t.0))
         .unwrap_or_else(|| now.clone());
+    // After init containers, the app containers start now.
+    let app_started = if regular_inits(pod).is_empty() {
+        started.clone()
+    } else {
+        now.clone()
+    };
     let containers: Vec<Value> = container_names(pod)
         .into_iter()
         .map(|(name, image)| {
@@ -273,11 +489,11 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) ->
                 "name": name, "image": image, "imageID": format!("sim://{image}"),
                 "containerID": format!("sim://{}/{name}", pod.metadata.uid.as_deref().unwrap_or("")),
                 "ready": ready(pod), "started": true, "restartCount": 0,
-                "state": {"running": {"startedAt": started}},
+                "state": {"running": {"startedAt": app_started}},
             })
         })
         .collect();
-    json!({"status": {
+    let mut out = json!({"status": {
         "phase": "Running",
         "hostIP": host_ip,
         "hostIPs": [{"ip": host_ip}],
@@ -286,7 +502,13 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) ->
         "startTime": started,
         "conditions": running_conditions(&now, ready(pod)),
         "containerStatuses": containers,
-    }})
+    }});
+    if !init_containers(pod).is_empty() {
+        let done = regular_inits(pod).len();
+        out["status"]["initContainerStatuses"] =
+            json!(init_container_statuses(pod, done, false, &now));
+    }
+    out
 }
 
 /// The status of a pod whose containers exited with `code` for good: `Succeeded` (0) or
@@ -294,12 +516,16 @@ pub fn running_status(pod: &Pod, host_ip: &str, pod_ip: &str, now: Timestamp) ->
 pub fn exited_status(pod: &Pod, code: i32, now: Timestamp) -> Value {
     let now = time(now);
     let restarts = first_container(pod)["restartCount"].as_u64().unwrap_or(0);
-    let started = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.start_time.clone())
-        .map(|t| time(t.0))
-        .unwrap_or_else(|| now.clone());
+    let running_since = first_container(pod)["state"]["running"]["startedAt"].clone();
+    let started = if running_since.is_null() {
+        pod.status
+            .as_ref()
+            .and_then(|s| s.start_time.clone())
+            .map(|t| time(t.0))
+            .unwrap_or_else(|| now.clone())
+    } else {
+        running_since
+    };
     let containers: Vec<Value> = container_names(pod)
         .into_iter()
         .map(|(name, image)| {
@@ -313,12 +539,19 @@ pub fn exited_status(pod: &Pod, code: i32, now: Timestamp) -> Value {
         })
         .collect();
     let cond = |t: &str, s: &str| json!({"type": t, "status": s, "lastTransitionTime": now, "lastProbeTime": null});
-    json!({"status": {
+    let mut out = json!({"status": {
         "phase": if code == 0 { "Succeeded" } else { "Failed" },
         "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
             cond("ContainersReady", "False"), cond("Ready", "False")],
         "containerStatuses": containers,
-    }})
+    }});
+    // The sidecars stop after the app containers.
+    if !init_containers(pod).is_empty() {
+        let done = regular_inits(pod).len();
+        out["status"]["initContainerStatuses"] =
+            json!(init_container_statuses(pod, done, true, &now));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -350,6 +583,88 @@ mod tests {
         p.metadata.deletion_timestamp = Some(Time(at(asked + grace)));
         p.metadata.deletion_grace_period_seconds = Some(grace);
         p
+    }
+
+    fn with_inits(mut p: Pod) -> Pod {
+        let spec = p.spec.as_mut().expect("spec");
+        spec.restart_policy = Some("Never".into());
+        spec.init_containers = Some(vec![
+            Container {
+                name: "fetch".into(),
+                ..Default::default()
+            },
+            Container {
+                name: "proxy".into(),
+                restart_policy: Some("Always".into()),
+                ..Default::default()
+            },
+            Container {
+                name: "migrate".into(),
+                ..Default::default()
+            },
+        ]);
+        p
+    }
+
+    fn apply(p: &mut Pod, status: impl Fn(&Pod) -> Value) {
+        let patch = status(p);
+        let v = serde_json::to_value(&*p).expect("pod");
+        let merged = fabrik_machinery::patch::merge_patch(&v, &patch);
+        *p = serde_json::from_value(merged).expect("pod");
+    }
+
+    #[test]
+    fn init_containers_run_in_order_and_sidecars_stop_last() {
+        let mut p = with_inits(pod());
+        assert_eq!(step(&p, false, at(0)), Step::Start);
+        apply(&mut p, |p| {
+            initializing_status(p, "10.0.0.1", "10.244.0.5", 0, at(0))
+        });
+        let state = |p: &Pod, i: usize| init_statuses(p)[i]["state"].clone();
+        assert!(!state(&p, 0)["running"].is_null(), "fetch runs first");
+        assert!(
+            !state(&p, 1)["waiting"].is_null(),
+            "the sidecar waits for fetch"
+        );
+        assert!(!state(&p, 2)["waiting"].is_null());
+        assert_eq!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Pending")
+        );
+        assert_eq!(step(&p, true, at(0)), Step::Wait);
+        assert_eq!(step(&p, true, at(1)), Step::InitNext);
+        apply(&mut p, |p| {
+            initializing_status(p, "10.0.0.1", "10.244.0.5", 1, at(1))
+        });
+        assert_eq!(inits_done(&p), 1);
+        assert!(!state(&p, 0)["terminated"].is_null());
+        assert!(
+            !state(&p, 1)["running"].is_null(),
+            "the sidecar starts in its turn"
+        );
+        assert!(!state(&p, 2)["running"].is_null());
+        assert_eq!(step(&p, true, at(2)), Step::InitNext);
+        apply(&mut p, |p| {
+            running_status(p, "10.0.0.1", "10.244.0.5", at(2))
+        });
+        assert_eq!(
+            p.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Running")
+        );
+        assert!(
+            !state(&p, 1)["running"].is_null(),
+            "the sidecar runs beside the app"
+        );
+        assert_eq!(
+            state(&p, 0)["terminated"]["finishedAt"],
+            json!("2023-11-14T22:13:21Z")
+        );
+        apply(&mut p, |p| exited_status(p, 0, at(5)));
+        assert_eq!(
+            state(&p, 1)["terminated"]["exitCode"],
+            0,
+            "the sidecar stops after"
+        );
     }
 
     #[test]

@@ -242,6 +242,7 @@ impl Kubelet {
             let step = lifecycle::step(pod, self.started.contains_key(&uid), now);
             let result = match step {
                 Step::Start => self.start(pod, now).await,
+                Step::InitNext => self.init_next(pod, now).await,
                 Step::Exit(code) => self.exit(pod, code, now).await,
                 Step::Crash(code) => self.crash(pod, code, now).await,
                 Step::Restart => self.restart(pod, now).await,
@@ -294,7 +295,13 @@ impl Kubelet {
                 }
             },
         };
-        let status = lifecycle::running_status(pod, &self.config.shape.host_ip(), &ip, now);
+        let host_ip = self.config.shape.host_ip();
+        let initializing = !lifecycle::regular_inits(pod).is_empty();
+        let status = if initializing {
+            lifecycle::initializing_status(pod, &host_ip, &ip, 0, now)
+        } else {
+            lifecycle::running_status(pod, &host_ip, &ip, now)
+        };
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
         if let Err(e) = pods
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
@@ -303,6 +310,102 @@ impl Kubelet {
             self.ips.release(&ip);
             return Err(api(format!("starting pod {ns}/{name}"))(e));
         }
+        if initializing {
+            self.log_init_turn(pod, 0, now);
+        } else {
+            self.log_sidecars_started(pod, usize::MAX, now);
+            self.log_app_started(pod, &ip, now);
+        }
+        self.started.insert(uid, (ns, name, ip));
+        Ok(())
+    }
+
+    /// The running init container completed: the next one runs, or the app containers start.
+    async fn init_next(&mut self, pod: &Pod, now: Timestamp) -> Result<()> {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let regular = lifecycle::regular_inits(pod);
+        let done = (lifecycle::inits_done(pod) + 1).min(regular.len());
+        let ip = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.pod_ip.clone())
+            .or_else(|| self.started.get(&uid).map(|(_, _, ip)| ip.clone()))
+            .unwrap_or_default();
+        let host_ip = self.config.shape.host_ip();
+        let status = if done < regular.len() {
+            lifecycle::initializing_status(pod, &host_ip, &ip, done, now)
+        } else {
+            lifecycle::running_status(pod, &host_ip, &ip, now)
+        };
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(api(format!("initializing pod {ns}/{name}")))?;
+        if let Some(finished) = done.checked_sub(1).and_then(|i| regular.get(i)) {
+            self.logs.append(
+                &ns,
+                &name,
+                finished,
+                format!("{now} init container {finished} completed with code 0"),
+            );
+            self.logs.end(&ns, &name, finished);
+        }
+        if done < regular.len() {
+            self.log_init_turn(pod, done, now);
+        } else {
+            self.log_sidecars_started(pod, done, now);
+            self.log_app_started(pod, &ip, now);
+        }
+        Ok(())
+    }
+
+    /// Logs the start of regular init container number `done` and of the sidecars declared
+    /// just before it.
+    fn log_init_turn(&mut self, pod: &Pod, done: usize, now: Timestamp) {
+        self.log_sidecars_started(pod, done, now);
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        if let Some(c) = lifecycle::regular_inits(pod).get(done) {
+            self.logs.append(
+                &ns,
+                &name,
+                c,
+                format!("{now} simulated init container {c} started"),
+            );
+        }
+    }
+
+    /// Logs the start of the sidecars that start once `done` regular init containers have
+    /// completed (those declared after the `done`-th one and before the next; every sidecar
+    /// declared after the last one when `done` is past the end).
+    fn log_sidecars_started(&mut self, pod: &Pod, done: usize, now: Timestamp) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let regular_count = lifecycle::regular_inits(pod).len();
+        let mut regular_seen = 0;
+        for (c, image, sidecar) in lifecycle::init_containers(pod) {
+            if !sidecar {
+                regular_seen += 1;
+                continue;
+            }
+            let turn = regular_seen.min(regular_count);
+            if turn == done || (done == usize::MAX && turn == regular_count) {
+                self.logs.append(
+                    &ns,
+                    &name,
+                    &c,
+                    format!("{now} simulated sidecar {c} (image {image}) started"),
+                );
+            }
+        }
+    }
+
+    /// Logs the start of the app containers, with the pod IP and the GPU devices they see.
+    fn log_app_started(&mut self, pod: &Pod, ip: &str, now: Timestamp) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
         // The devices of its extended resources and of its ResourceClaims.
         let gpus = [
             fabrik_api::ANNOTATION_GPU_IDS,
@@ -329,8 +432,6 @@ impl Kubelet {
             self.logs
                 .append(&ns, &name, &c, format!("{now} GPU devices: {visible}"));
         }
-        self.started.insert(uid, (ns, name, ip));
-        Ok(())
     }
 
     async fn exit(&mut self, pod: &Pod, code: i32, now: Timestamp) -> Result<()> {
@@ -347,6 +448,15 @@ impl Kubelet {
         for (c, _) in lifecycle::container_names(pod) {
             self.logs
                 .append(&ns, &name, &c, format!("{now} exited with code {code}"));
+            self.logs.end(&ns, &name, &c);
+        }
+        for c in lifecycle::sidecars(pod) {
+            self.logs.append(
+                &ns,
+                &name,
+                &c,
+                format!("{now} sidecar {c} stopped after the app containers"),
+            );
             self.logs.end(&ns, &name, &c);
         }
         // The pod IP stays taken until the pod is gone, as a real kubelet keeps it.
