@@ -179,5 +179,34 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
         )?;
         Ok(left.trim().is_empty() && on_host.trim().is_empty())
     })?;
+
+    // A claim no device satisfies: its pod stays Pending, told why (condition and Event).
+    kc_apply_ok(
+        k,
+        &cfg,
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: huge}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.fabrik.dev\n        selectors: [{cel: {expression: \"device.capacity['gpu.fabrik.dev'].memory.isGreaterThan(quantity('100Ti'))\"}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: huge}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
+    )?;
+    poll("the waiting pod told why", || {
+        let why = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "pod",
+                "waiter",
+                "-o",
+                "jsonpath={.status.phase}/{.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            ],
+        )?;
+        Ok(why.starts_with("Pending/") && why.contains("cannot allocate resource claim"))
+    })?;
+    poll("the FailedScheduling Event in the tenant", || {
+        let events = kc_ok(
+            k,
+            &cfg,
+            &["get", "events", "--field-selector", "reason=FailedScheduling"],
+        )?;
+        Ok(events.contains("pod/waiter") && events.contains("cannot allocate resource claim"))
+    })?;
     Ok(())
 }

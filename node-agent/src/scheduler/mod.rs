@@ -226,14 +226,25 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
                 }
             }
             Outcome::Unschedulable(reason) => {
-                unschedulable(client, reported, &req.namespace, &req.name, &reason).await
+                let pod = PodKey {
+                    namespace: &req.namespace,
+                    name: &req.name,
+                    uid: &req.uid,
+                };
+                unschedulable(client, reported, pod, &reason).await
             }
         }
     }
     for (p, reason) in refused {
         let ns = p.metadata.namespace.clone().unwrap_or_default();
         let name = p.metadata.name.clone().unwrap_or_default();
-        unschedulable(client, reported, &ns, &name, &reason).await;
+        let uid = p.metadata.uid.clone().unwrap_or_default();
+        let pod = PodKey {
+            namespace: &ns,
+            name: &name,
+            uid: &uid,
+        };
+        unschedulable(client, reported, pod, &reason).await;
     }
     Ok(bound)
 }
@@ -421,13 +432,23 @@ async fn bind(
     Ok(())
 }
 
+/// A pod, by namespace, name and UID.
+#[derive(Clone, Copy)]
+struct PodKey<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    uid: &'a str,
+}
+
+/// Says why a pod cannot be placed: its `PodScheduled=False` condition and a `FailedScheduling`
+/// Warning Event, as kube-scheduler does — once per different reason.
 async fn unschedulable(
     client: &Client,
     reported: &mut BTreeMap<String, String>,
-    ns: &str,
-    name: &str,
+    pod: PodKey<'_>,
     reason: &str,
 ) {
+    let (ns, name) = (pod.namespace, pod.name);
     let key = format!("{ns}/{name}");
     if reported.get(&key).map(String::as_str) == Some(reason) {
         return;
@@ -444,8 +465,34 @@ async fn unschedulable(
         .await
     {
         Ok(_) => {
-            reported.insert(key, reason.to_string());
+            reported.insert(key.clone(), reason.to_string());
         }
-        Err(e) => tracing::warn!(pod = %key, error = %e, "reporting unschedulable failed"),
+        Err(e) => {
+            tracing::warn!(pod = %key, error = %e, "reporting unschedulable failed");
+            return;
+        }
+    }
+    let event = json!({
+        "metadata": {"name": format!("{name}.{:x}", now.0.as_nanosecond().unsigned_abs()),
+            "namespace": ns},
+        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
+            "uid": pod.uid},
+        "reason": "FailedScheduling",
+        "message": reason,
+        "type": "Warning",
+        "source": {"component": fabrik_api::SCHEDULER_NAME},
+        "reportingComponent": fabrik_api::SCHEDULER_NAME,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    });
+    let events: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(client.clone(), ns);
+    match serde_json::from_value(event) {
+        Ok(ev) => {
+            if let Err(e) = events.create(&PostParams::default(), &ev).await {
+                tracing::debug!(pod = %key, error = %e, "recording FailedScheduling failed");
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "building the FailedScheduling event"),
     }
 }
