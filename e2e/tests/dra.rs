@@ -3,7 +3,9 @@
 //! becomes a ResourceClaim (tenant controller), synced to the host, allocated a GPU by the
 //! host's scheduler with the pod, status (allocation, `reservedFor` naming the tenant pod)
 //! back in the tenant; the simulated kubelet shows the device; claimed GPUs count against the
-//! tenant's GPU quota; a finished pod's claim is released and deleted on both sides.
+//! tenant's GPU quota; a finished pod's claim is released and deleted on both sides. The pod
+//! is written as for NVIDIA's stack: a GPU feature discovery node label and NVIDIA's DRA
+//! attribute names.
 
 use std::time::Duration;
 
@@ -27,6 +29,7 @@ spec:
           deviceClassName: gpu.fabrik.dev
           selectors:
           - cel: {expression: \"device.capacity['gpu.fabrik.dev'].memory.compareTo(quantity('1Gi')) >= 0\"}
+          - cel: {expression: \"device.attributes['gpu.fabrik.dev'].productName == 'NVIDIA H200'\"}
 ---
 apiVersion: v1
 kind: Pod
@@ -35,6 +38,7 @@ metadata:
   annotations: {sim.fabrik.dev/run-seconds: \"3\"}
 spec:
   restartPolicy: Never
+  nodeSelector: {nvidia.com/gpu.product: NVIDIA-H200}
   resourceClaims: [{name: gpu, resourceClaimTemplateName: one-gpu}]
   containers:
   - name: main
@@ -204,7 +208,12 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
         let events = kc_ok(
             k,
             &cfg,
-            &["get", "events", "--field-selector", "reason=FailedScheduling"],
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=FailedScheduling",
+            ],
         )?;
         Ok(events.contains("pod/waiter") && events.contains("cannot allocate resource claim"))
     })?;

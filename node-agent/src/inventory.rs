@@ -82,6 +82,23 @@ fn topology(g: &GpuInfo, island: Option<usize>) -> BTreeMap<String, DeviceAttrib
     a.insert("model".into(), string(g.model.name));
     a.insert("architecture".into(), string(g.model.architecture));
     a.insert("parentUUID".into(), string(&g.uuid));
+    // NVIDIA's DRA driver's names, so that selectors written for it match.
+    a.insert("productName".into(), string(g.model.product));
+    a.insert("brand".into(), string("Nvidia"));
+    let (major, minor) = g.model.compute_capability;
+    a.insert(
+        "cudaComputeCapability".into(),
+        DeviceAttribute {
+            version: Some(format!("{major}.{minor}.0")),
+            ..Default::default()
+        },
+    );
+    if !g.pci_bus_id.is_empty() {
+        a.insert(
+            "resource.kubernetes.io/pciBusID".into(),
+            string(g.pci_bus_id.to_lowercase()),
+        );
+    }
     if let Some(root) = &g.pcie_root {
         a.insert("pcieRoot".into(), string(root));
         a.insert("resource.kubernetes.io/pcieRoot".into(), string(root));
@@ -137,6 +154,7 @@ pub fn compute(
                 attrs.insert("type".into(), string("mig"));
                 attrs.insert("uuid".into(), string(&m.uuid));
                 attrs.insert("migProfile".into(), string(&m.profile));
+                attrs.insert("profile".into(), string(&m.profile));
                 attrs.insert("migStart".into(), int(i64::from(m.placement.start)));
                 let mib = g
                     .model
@@ -230,7 +248,77 @@ pub fn compute(
         .insert(fabrik_api::LABEL_GPU_COUNT.into(), gpus.len().to_string());
     inv.labels
         .insert(fabrik_api::LABEL_GPU_LAYOUT_MODE.into(), mode.to_string());
+    inv.labels.extend(feature_labels(gpus, applied));
     inv
+}
+
+/// The labels NVIDIA's GPU feature discovery puts on a GPU node (`nvidia.com/gpu.present`,
+/// `gpu.product`, `gpu.count`, `gpu.memory`, `gpu.family`, `gpu.compute.major|minor`,
+/// `mig.capable`, `mig.strategy`, `gpu.replicas`, `gpu.sharing-strategy`), so that workloads
+/// and charts written for it select these nodes. The product is the first GPU's, with spaces
+/// as dashes and `-SHARED` when its GPUs are time-sliced, as GFD renames them; MIG devices are
+/// published with the mixed strategy's names (`nvidia.com/mig-<profile>`). No driver or CUDA
+/// version labels: nothing here knows them.
+pub fn feature_labels(
+    gpus: &[GpuInfo],
+    applied: &BTreeMap<u32, GpuTarget>,
+) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    let Some(first) = gpus.first() else {
+        return l;
+    };
+    let replicas = applied
+        .values()
+        .find_map(|t| match t {
+            GpuTarget::TimeSliced { replicas } => Some(*replicas),
+            _ => None,
+        })
+        .unwrap_or(1);
+    let shared = applied
+        .values()
+        .any(|t| matches!(t, GpuTarget::Shared { .. }));
+    let mut product = first.model.product.replace(' ', "-");
+    if replicas > 1 {
+        product.push_str("-SHARED");
+    }
+    let (major, minor) = first.model.compute_capability;
+    let sharing = if replicas > 1 {
+        "time-slicing"
+    } else if shared {
+        "mps"
+    } else {
+        "none"
+    };
+    for (k, v) in [
+        ("nvidia.com/gpu.present", "true".to_string()),
+        ("nvidia.com/gpu.product", product),
+        ("nvidia.com/gpu.count", gpus.len().to_string()),
+        ("nvidia.com/gpu.memory", first.memory_mib.to_string()),
+        (
+            "nvidia.com/gpu.family",
+            first.model.architecture.to_string(),
+        ),
+        ("nvidia.com/gpu.compute.major", major.to_string()),
+        ("nvidia.com/gpu.compute.minor", minor.to_string()),
+        (
+            "nvidia.com/mig.capable",
+            first.model.supports_mig().to_string(),
+        ),
+        (
+            "nvidia.com/mig.strategy",
+            if gpus.iter().any(|g| g.mig_enabled) {
+                "mixed"
+            } else {
+                "none"
+            }
+            .to_string(),
+        ),
+        ("nvidia.com/gpu.replicas", replicas.to_string()),
+        ("nvidia.com/gpu.sharing-strategy", sharing.to_string()),
+    ] {
+        l.insert(k.to_string(), v);
+    }
+    l
 }
 
 /// Every device UUID (GPU and MIG) per GPU index, to map pods' assigned devices to GPUs.
@@ -306,6 +394,22 @@ mod tests {
         assert_eq!(inv.labels[fabrik_api::LABEL_GPU_NUMA_NODES], "2");
         assert_eq!(inv.labels[fabrik_api::LABEL_GPU_NVLINK_ISLANDS], "3");
         assert_eq!(inv.labels[fabrik_api::LABEL_GPU_MODEL], "H200-141GB");
+        // GPU feature discovery's labels and NVIDIA's DRA attribute names.
+        assert_eq!(inv.labels["nvidia.com/gpu.present"], "true");
+        assert_eq!(inv.labels["nvidia.com/gpu.product"], "NVIDIA-H200-SHARED");
+        assert_eq!(inv.labels["nvidia.com/gpu.compute.major"], "9");
+        assert_eq!(inv.labels["nvidia.com/gpu.replicas"], "4");
+        assert_eq!(
+            inv.labels["nvidia.com/gpu.sharing-strategy"],
+            "time-slicing"
+        );
+        assert_eq!(inv.labels["nvidia.com/mig.strategy"], "mixed");
+        let attrs = inv.devices[0].attributes.as_ref().expect("attrs");
+        assert_eq!(attrs["productName"].string.as_deref(), Some("NVIDIA H200"));
+        assert_eq!(
+            attrs["cudaComputeCapability"].version.as_deref(),
+            Some("9.0.0")
+        );
     }
 
     #[test]

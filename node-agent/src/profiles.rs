@@ -115,6 +115,10 @@ pub struct GpuModel {
     pub name: &'static str,
     /// Architecture, lower case.
     pub architecture: &'static str,
+    /// The product name NVIDIA's driver reports (`NVIDIA H200`, `NVIDIA A100-SXM4-80GB`).
+    pub product: &'static str,
+    /// CUDA compute capability, major and minor.
+    pub compute_capability: (u32, u32),
     /// Nominal memory in MiB.
     pub memory_mib: u64,
     /// Its MIG profiles, smallest first; empty when MIG is unsupported.
@@ -250,24 +254,32 @@ pub const MODELS: &[GpuModel] = &[
     GpuModel {
         name: "A100-40GB",
         architecture: "ampere",
+        product: "NVIDIA A100-SXM4-40GB",
+        compute_capability: (8, 0),
         memory_mib: gib(40),
         mig: A100_40,
     },
     GpuModel {
         name: "A100-80GB",
         architecture: "ampere",
+        product: "NVIDIA A100-SXM4-80GB",
+        compute_capability: (8, 0),
         memory_mib: gib(80),
         mig: A100_80,
     },
     GpuModel {
         name: "H100-80GB",
         architecture: "hopper",
+        product: "NVIDIA H100 80GB HBM3",
+        compute_capability: (9, 0),
         memory_mib: gib(80),
         mig: H100_80,
     },
     GpuModel {
         name: "H200-141GB",
         architecture: "hopper",
+        product: "NVIDIA H200",
+        compute_capability: (9, 0),
         memory_mib: gib(141),
         mig: H200_141,
     },

@@ -309,7 +309,9 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         )),
         Kind::Endpoints | Kind::EndpointSlice => address_copy(ctx, kind, obj)?.object,
         Kind::Ingress => ingresses::host_ingress(obj, t, &ctx.policy),
-        Kind::ResourceClaim => Some(claims::host_claim(obj, t)),
+        // A tenant that may not use devices (no DeviceClass is mirrored to it) gets none.
+        Kind::ResourceClaim if ctx.policy.device_classes => Some(claims::host_claim(obj, t)),
+        Kind::ResourceClaim => None,
         Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass => None,
     }
 }
