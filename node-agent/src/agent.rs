@@ -307,7 +307,7 @@ impl Agent {
                 .iter()
                 .any(|t| t.key == fabrik_api::TAINT_GPU_UNHEALTHY),
         };
-        let actions = remediation::plan(&self.state.unhealthy, &facts, &on_node);
+        let actions = remediation::plan(&self.state.unhealthy, gpus.len(), &facts, &on_node);
         self.remediate(&events, actions).await
     }
 
@@ -406,7 +406,7 @@ impl Agent {
                     .record(
                         Kind::Warning,
                         "NodeCordoned",
-                        "cordoned: a GPU is unhealthy",
+                        "cordoned: a node-level GPU fault (NVLink, or half of the GPUs unhealthy)",
                     )
                     .await?;
             }

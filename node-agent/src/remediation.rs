@@ -2,10 +2,13 @@
 //! agent carries the actions out (taint, cordon, evictions through the Eviction API so that
 //! PodDisruptionBudgets are respected) and records an Event for each.
 //!
-//! Flow: a GPU goes bad → taint `fabrik.dev/gpu-unhealthy:NoSchedule`, cordon (marked as done by
-//! the agent), evict the pods assigned to a bad GPU (its MIG devices included), again on every
-//! pass until they are gone (a PDB may refuse for a while). All GPUs healthy → remove the taint
-//! and uncordon, but only a cordon the agent itself made.
+//! Flow: a GPU goes bad → evict the pods assigned to it (its MIG devices included), again on
+//! every pass until they are gone (a PDB may refuse for a while). The bad GPU has already left
+//! allocatable and the ResourceSlice, so the node's other GPUs stay in service. Only a
+//! node-level fault ([`node_level`]: an NVLink error, which the GPUs of an island share, or at
+//! least half of the GPUs bad) also taints the node `fabrik.dev/gpu-unhealthy:NoSchedule` and
+//! cordons it (marked as done by the agent). Once the fault is no longer node-level → remove
+//! the taint and uncordon, but only a cordon the agent itself made.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,23 +56,35 @@ pub enum Action {
     },
 }
 
-/// The actions for this pass.
-pub fn plan(unhealthy: &BTreeMap<u32, String>, node: &NodeFacts, pods: &[PodRef]) -> Vec<Action> {
+/// Whether the unhealthy GPUs (of `total`) take the whole node out of service: an NVLink
+/// fault (XID 74) or at least half of its GPUs bad.
+pub fn node_level(unhealthy: &BTreeMap<u32, String>, total: usize) -> bool {
+    !unhealthy.is_empty()
+        && (unhealthy.values().any(|r| r == "XID 74") || unhealthy.len() * 2 >= total.max(1))
+}
+
+/// The actions for this pass; the node has `total` GPUs.
+pub fn plan(
+    unhealthy: &BTreeMap<u32, String>,
+    total: usize,
+    node: &NodeFacts,
+    pods: &[PodRef],
+) -> Vec<Action> {
     let mut out = Vec::new();
-    if unhealthy.is_empty() {
+    if node_level(unhealthy, total) {
+        if !node.tainted {
+            out.push(Action::Taint);
+        }
+        if !node.unschedulable {
+            out.push(Action::Cordon);
+        }
+    } else {
         if node.tainted {
             out.push(Action::Untaint);
         }
         if node.unschedulable && node.cordoned_by_agent {
             out.push(Action::Uncordon);
         }
-        return out;
-    }
-    if !node.tainted {
-        out.push(Action::Taint);
-    }
-    if !node.unschedulable {
-        out.push(Action::Cordon);
     }
     for p in pods {
         if let Some(gpu) = p.gpus.iter().find(|g| unhealthy.contains_key(g)) {
@@ -99,7 +114,7 @@ mod tests {
     fn bad_gpu_taints_cordons_and_evicts_only_its_pods() {
         let bad = BTreeMap::from([(2, "XID 79".to_string())]);
         let pods = [pod("a", &[1]), pod("b", &[2, 3]), pod("c", &[])];
-        let actions = plan(&bad, &NodeFacts::default(), &pods);
+        let actions = plan(&bad, 2, &NodeFacts::default(), &pods);
         assert_eq!(
             actions,
             vec![
@@ -117,7 +132,37 @@ mod tests {
             cordoned_by_agent: true,
             tainted: true,
         };
-        assert!(plan(&bad, &done, &[pod("a", &[1])]).is_empty());
+        assert!(plan(&bad, 2, &done, &[pod("a", &[1])]).is_empty());
+    }
+
+    #[test]
+    fn one_bad_gpu_of_eight_leaves_the_node_in_service() {
+        let bad = BTreeMap::from([(0, "XID 79".to_string())]);
+        let pods = [pod("a", &[0]), pod("b", &[5])];
+        assert_eq!(
+            plan(&bad, 8, &NodeFacts::default(), &pods),
+            vec![Action::Evict {
+                namespace: "t".into(),
+                name: "a".into(),
+                gpu: 0
+            }]
+        );
+        // A cordon the agent made for an earlier, node-level fault is lifted.
+        let ours = NodeFacts {
+            unschedulable: true,
+            cordoned_by_agent: true,
+            tainted: true,
+        };
+        assert_eq!(
+            plan(&bad, 8, &ours, &[]),
+            vec![Action::Untaint, Action::Uncordon]
+        );
+        // An NVLink fault is the node's, whatever the count.
+        let nvlink = BTreeMap::from([(3, "XID 74".to_string())]);
+        assert!(node_level(&nvlink, 8));
+        let half: BTreeMap<u32, String> = (0..4).map(|g| (g, "XID 79".to_string())).collect();
+        assert!(node_level(&half, 8));
+        assert!(!node_level(&BTreeMap::new(), 8));
     }
 
     #[test]
@@ -129,7 +174,7 @@ mod tests {
             tainted: true,
         };
         assert_eq!(
-            plan(&none, &ours, &[]),
+            plan(&none, 2, &ours, &[]),
             vec![Action::Untaint, Action::Uncordon]
         );
         let admins = NodeFacts {
@@ -137,6 +182,6 @@ mod tests {
             cordoned_by_agent: false,
             tainted: false,
         };
-        assert!(plan(&none, &admins, &[]).is_empty());
+        assert!(plan(&none, 2, &admins, &[]).is_empty());
     }
 }
