@@ -28,13 +28,15 @@ pub enum Kind {
     Ingress,
     /// resource.k8s.io/v1 ResourceClaim (down; status up).
     ResourceClaim,
+    /// policy/v1 PodDisruptionBudget (down; status up).
+    PodDisruptionBudget,
     /// resource.k8s.io/v1 DeviceClass (up, mirrored read-only).
     DeviceClass,
 }
 
 impl Kind {
     /// The kinds copied from tenant to host.
-    pub const DOWN: [Kind; 8] = [
+    pub const DOWN: [Kind; 9] = [
         Kind::Pod,
         Kind::Service,
         Kind::Endpoints,
@@ -43,10 +45,11 @@ impl Kind {
         Kind::Secret,
         Kind::PersistentVolumeClaim,
         Kind::ResourceClaim,
+        Kind::PodDisruptionBudget,
     ];
 
     /// Every kind watched on the host.
-    pub const HOST: [Kind; 11] = [
+    pub const HOST: [Kind; 12] = [
         Kind::Pod,
         Kind::Service,
         Kind::Endpoints,
@@ -58,6 +61,7 @@ impl Kind {
         Kind::Node,
         Kind::ResourceClaim,
         Kind::DeviceClass,
+        Kind::PodDisruptionBudget,
     ];
 
     /// The host kinds that may not be served (`resource.k8s.io/v1` before Kubernetes 1.34):
@@ -98,6 +102,7 @@ impl Kind {
             Kind::Node => ("", "Node", "nodes"),
             Kind::Ingress => ("networking.k8s.io", "Ingress", "ingresses"),
             Kind::ResourceClaim => ("resource.k8s.io", "ResourceClaim", "resourceclaims"),
+            Kind::PodDisruptionBudget => ("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
             Kind::DeviceClass => ("resource.k8s.io", "DeviceClass", "deviceclasses"),
         };
         ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, "v1", kind), plural)

@@ -4,7 +4,7 @@
 //!  tenant API server (virtual)                     host cluster, namespace fabrik-<tenant>
 //!  Pods, Services, Endpoints(Slices),   ──down──▶  <name>-x-<ns>-x-<tenant>, labelled
 //!  ConfigMaps, Secrets, PVCs,                      fabrik.dev/tenant + fabrik.dev/namespace,
-//!  ResourceClaims                                  built by allow-list (pods.rs, services.rs,
+//!  ResourceClaims, PodDisruptionBudgets            built by allow-list (pods.rs, services.rs,
 //!                                                  objects.rs, claims.rs), policy injected
 //!  pod / service / PVC / claim status,  ◀──up────  host status, Events, Nodes in use,
 //!  binding, Events, Nodes (GPU share),             DeviceClasses

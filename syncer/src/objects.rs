@@ -1,4 +1,5 @@
-//! ConfigMaps, Secrets and PersistentVolumeClaims: tenant object → host object, by allow-list.
+//! ConfigMaps, Secrets, PersistentVolumeClaims and PodDisruptionBudgets: tenant object → host
+//! object, by allow-list.
 //!
 //! Data is copied as is. Secret types that make the host act on a Secret (service account
 //! tokens above all: the host's token controller would fill or delete them) become `Opaque`;
@@ -161,5 +162,91 @@ mod tests {
         assert_eq!(s["resources"], json!({"requests": {"storage": "1Gi"}}));
         assert_eq!(s["dataSource"]["name"], "src-x-ns-x-a");
         assert_eq!(s["storageClassName"], "fast");
+    }
+}
+
+/// The host PodDisruptionBudget for a tenant one: its budget (`minAvailable` /
+/// `maxUnavailable`, `unhealthyPodEvictionPolicy`) over the host copies of the pods its
+/// selector picks — the selector's labels plus the tenant's and the namespace's, so that it
+/// can only ever count this tenant namespace's pods. Host evictions (a node agent's after a
+/// GPU fault, a drain) are then held to it, as they would be in the tenant.
+pub fn host_pdb(pdb: &Value, tenant: &str) -> Value {
+    let ns = pdb["metadata"]["namespace"].as_str().unwrap_or("");
+    let spec = &pdb["spec"];
+    let mut out = Map::new();
+    for f in [
+        "minAvailable",
+        "maxUnavailable",
+        "unhealthyPodEvictionPolicy",
+    ] {
+        if !spec[f].is_null() {
+            out.insert(f.into(), spec[f].clone());
+        }
+    }
+    let labels = naming::string_map(&spec["selector"]["matchLabels"]);
+    let mut selector = json!({"matchLabels": crate::pods::host_selector(&labels, ns, tenant)});
+    let expressions: Vec<Value> = spec["selector"]["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            !e["key"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with(fabrik_api::RESERVED_PREFIX)
+        })
+        .cloned()
+        .collect();
+    if !expressions.is_empty() {
+        selector["matchExpressions"] = Value::Array(expressions);
+    }
+    out.insert("selector".into(), selector);
+    json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "metadata": metadata(pdb, tenant), "spec": out})
+}
+
+/// The tenant PDB's status from its host copy's (the counts of its pods' host copies).
+pub fn tenant_pdb_status(host: &Value) -> Map<String, Value> {
+    let mut out = Map::new();
+    for f in [
+        "currentHealthy",
+        "desiredHealthy",
+        "disruptionsAllowed",
+        "expectedPods",
+        "conditions",
+    ] {
+        if !host["status"][f].is_null() {
+            out.insert(f.into(), host["status"][f].clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod pdb_tests {
+    use super::*;
+
+    #[test]
+    fn budgets_count_only_the_tenant_namespace_s_pods() {
+        let pdb = json!({"metadata": {"name": "web", "namespace": "ml", "uid": "u"},
+            "spec": {"minAvailable": 2, "selector": {
+                "matchLabels": {"app": "web", "fabrik.dev/tenant": "other"},
+                "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]},
+                    {"key": "fabrik.dev/namespace", "operator": "Exists"}]}}});
+        let h = host_pdb(&pdb, "t1");
+        assert_eq!(h["metadata"]["namespace"], "fabrik-t1");
+        assert_eq!(h["spec"]["minAvailable"], 2);
+        assert_eq!(
+            h["spec"]["selector"]["matchLabels"],
+            json!({"app": "web", "fabrik.dev/tenant": "t1", "fabrik.dev/namespace": "ml"})
+        );
+        assert_eq!(
+            h["spec"]["selector"]["matchExpressions"],
+            json!([{"key": "tier", "operator": "In", "values": ["a"]}])
+        );
+        let s = tenant_pdb_status(&json!({"status": {"disruptionsAllowed": 0,
+            "currentHealthy": 2, "observedGeneration": 4}}));
+        assert_eq!(s.get("disruptionsAllowed"), Some(&json!(0)));
+        assert!(!s.contains_key("observedGeneration"));
     }
 }

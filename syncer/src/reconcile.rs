@@ -312,6 +312,7 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         // A tenant that may not use devices (no DeviceClass is mirrored to it) gets none.
         Kind::ResourceClaim if ctx.policy.device_classes => Some(claims::host_claim(obj, t)),
         Kind::ResourceClaim => None,
+        Kind::PodDisruptionBudget => Some(objects::host_pdb(obj, t)),
         Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass => None,
     }
 }
@@ -580,6 +581,7 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
                 Kind::Service => services::tenant_service_status(h),
                 Kind::PersistentVolumeClaim => objects::tenant_pvc_status(h),
                 Kind::Ingress => ingresses::tenant_ingress_status(h),
+                Kind::PodDisruptionBudget => objects::tenant_pdb_status(h),
                 _ => return Ok(()),
             };
             let current = tobj.as_deref().map(|t| &t["status"]);

@@ -249,8 +249,8 @@ async fn tenant_workloads_run_on_the_host_and_tenants_stay_apart() -> Result<()>
     })
     .await?;
     assert_eq!(host_pods.list(&ListParams::default()).await?.items.len(), 2);
-    // One host watch per kind (eleven built in, plus Ingress), however many tenants.
-    assert_eq!(informers.watch_count(), 12);
+    // One host watch per kind (twelve built in, plus Ingress), however many tenants.
+    assert_eq!(informers.watch_count(), 13);
 
     // Deleting in the tenant removes the host objects.
     deployments.delete("web", &DeleteParams::default()).await?;
