@@ -94,7 +94,9 @@ fn pick_whole(devices: &[GpuDevice], free: &[usize], count: usize) -> Option<Vec
     Some(out)
 }
 
-/// Picks `count` MIG or shared devices, packed onto the busiest GPU.
+/// Picks `count` MIG or shared devices, packed onto the busiest GPU. Several devices for one
+/// pod come from one GPU (a CUDA process cannot use slices of two GPUs as one): the busiest GPU
+/// that has enough, then the one with the fewest free.
 fn pick_packed(devices: &[GpuDevice], free: &[usize], count: usize) -> Option<Vec<usize>> {
     if free.len() < count {
         return None;
@@ -107,14 +109,15 @@ fn pick_packed(devices: &[GpuDevice], free: &[usize], count: usize) -> Option<Ve
             .try_into()
             .unwrap_or(i64::MAX)
     };
-    let mut v = free.to_vec();
-    v.sort_by_key(|&i| {
-        (
-            -busy(devices[i].gpu),
-            devices[i].gpu,
-            devices[i].name.clone(),
-        )
-    });
+    let mut by_gpu: BTreeMap<i64, Vec<usize>> = BTreeMap::new();
+    for &i in free {
+        by_gpu.entry(devices[i].gpu).or_default().push(i);
+    }
+    let (_, mut v) = by_gpu
+        .into_iter()
+        .filter(|(_, v)| v.len() >= count)
+        .min_by_key(|(gpu, v)| (-busy(*gpu), v.len(), *gpu))?;
+    v.sort_by_key(|&i| devices[i].name.clone());
     v.truncate(count);
     Some(v)
 }
@@ -244,8 +247,13 @@ pub fn fit(node: &NodeView, pod: &PodRequest) -> Result<Fit, String> {
                 }
             })?
         } else {
-            pick_packed(&node.devices, &free, count)
-                .ok_or_else(|| format!("insufficient {k} devices"))?
+            pick_packed(&node.devices, &free, count).ok_or_else(|| {
+                if free.len() >= count {
+                    format!("no GPU with {count} free {k} devices")
+                } else {
+                    format!("insufficient {k} devices")
+                }
+            })?
         };
         chosen.extend(picked);
     }

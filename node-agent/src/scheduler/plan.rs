@@ -249,7 +249,27 @@ mod tests {
             }
         };
         assert_eq!(names(&out[0]), vec!["gpu-1-mig-0"]);
-        assert_eq!(names(&out[1]), vec!["gpu-1-mig-2", "gpu-0-mig-0"]);
+        // Two slices for one pod come from one GPU: GPU 1 has one left, GPU 0 three.
+        assert_eq!(names(&out[1]), vec!["gpu-0-mig-0", "gpu-0-mig-1"]);
+        // Two free slices left, one on each GPU: a 2-slice pod does not fit, a 1-slice one does.
+        let out = plan(
+            &mut nodes,
+            &[
+                pod("m3", "nvidia.com/mig-1g.18gb", 2),
+                pod("m4", "nvidia.com/mig-1g.18gb", 1),
+            ],
+            &BTreeMap::new(),
+        );
+        assert!(matches!(out[1], Outcome::Bind(_)), "{:?}", out[1]);
+        match &out[0] {
+            Outcome::Unschedulable(r) => {
+                assert!(
+                    r.contains("no GPU with 2 free nvidia.com/mig-1g.18gb devices"),
+                    "{r}"
+                )
+            }
+            o => panic!("{o:?}"),
+        }
     }
 
     #[test]
