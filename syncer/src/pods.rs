@@ -16,9 +16,10 @@
 //! pointing there, before its own entries (which win, as upstream's container env wins over
 //! service env).
 //!
-//! Not carried over (documented limits): affinity — except a pin to one node by name, which is
-//! how a DaemonSet places its pods — and topology spread constraints (their label
-//! selectors would reach other tenants' pods), `nodeName`, `schedulerName`, `priority`,
+//! Pod affinity and anti-affinity are carried over confined to the tenant's own pods
+//! ([`host_pod_affinity`]). Not carried over (documented limits): node affinity — except a pin
+//! to one node by name, which is how a DaemonSet places its pods — and topology spread
+//! constraints, `nodeName`, `schedulerName`, `priority`,
 //! `hostAliases`, `readinessGates`, inline CSI / image / other volume sources
 //! (replaced by `emptyDir` so that mounts still resolve), `mountPropagation`, probe `host`s.
 
@@ -316,13 +317,17 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     }
     // A pod pinned to one node (a DaemonSet's: `metadata.name In [node]`) stays pinned; the
     // pool's selector and tolerations still decide whether the host places it there.
+    let mut affinity = host_pod_affinity(&spec["affinity"], ns, ctx.tenant);
     if let Some(node) = pinned_node(spec) {
-        out.insert(
-            "affinity".into(),
-            json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        affinity.insert(
+            "nodeAffinity".into(),
+            json!({"requiredDuringSchedulingIgnoredDuringExecution": {
                 "nodeSelectorTerms": [{"matchFields": [
-                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}),
+                    {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}),
         );
+    }
+    if !affinity.is_empty() {
+        out.insert("affinity".into(), Value::Object(affinity));
     }
     if let Some(rc) = &ctx.policy.runtime_class {
         out.insert("runtimeClassName".into(), json!(rc));
@@ -821,6 +826,95 @@ pub fn tenant_status(host: &Value) -> Map<String, Value> {
     out
 }
 
+/// The tenant pod's pod affinity and anti-affinity (required and preferred), confined to its
+/// tenant: each term selects, among the host copies of the tenant's pods, those of the namespaces
+/// it names (its own by default) whose labels match — the tenant's and namespace labels are
+/// added to its selector, and it looks in the tenant's host namespace only. Topology keys are
+/// kept. A term with a `namespaceSelector`, `matchLabelKeys` or `mismatchLabelKeys` is left
+/// out (it could not be confined this way).
+pub fn host_pod_affinity(affinity: &Value, namespace: &str, tenant: &str) -> Map<String, Value> {
+    let host_ns = naming::host_namespace(tenant);
+    let confine = |term: &Value| -> Option<Value> {
+        let confinable = term["namespaceSelector"].is_null()
+            && term["matchLabelKeys"].as_array().is_none_or(Vec::is_empty)
+            && term["mismatchLabelKeys"]
+                .as_array()
+                .is_none_or(Vec::is_empty);
+        let key = term["topologyKey"].as_str().filter(|k| !k.is_empty())?;
+        if !confinable || term["labelSelector"].is_null() {
+            return None;
+        }
+        let namespaces: Vec<String> = term["namespaces"]
+            .as_array()
+            .filter(|a| !a.is_empty())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![namespace.to_string()]);
+        let labels = naming::string_map(&term["labelSelector"]["matchLabels"]);
+        let mut match_labels: BTreeMap<String, String> = labels
+            .into_iter()
+            .filter(|(k, _)| !k.starts_with(fabrik_api::RESERVED_PREFIX))
+            .collect();
+        match_labels.insert(fabrik_api::LABEL_TENANT.into(), tenant.into());
+        let mut expressions: Vec<Value> = term["labelSelector"]["matchExpressions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|e| {
+                !e["key"]
+                    .as_str()
+                    .unwrap_or("")
+                    .starts_with(fabrik_api::RESERVED_PREFIX)
+            })
+            .cloned()
+            .collect();
+        expressions.push(json!({"key": fabrik_api::LABEL_NAMESPACE, "operator": "In",
+            "values": namespaces}));
+        Some(json!({"labelSelector": {"matchLabels": match_labels,
+            "matchExpressions": expressions},
+            "namespaces": [host_ns], "topologyKey": key}))
+    };
+    let mut out = Map::new();
+    for kind in ["podAffinity", "podAntiAffinity"] {
+        let mut built = Map::new();
+        let required: Vec<Value> = affinity[kind]["requiredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(confine)
+            .collect();
+        if !required.is_empty() {
+            built.insert(
+                "requiredDuringSchedulingIgnoredDuringExecution".into(),
+                Value::Array(required),
+            );
+        }
+        let preferred: Vec<Value> = affinity[kind]
+            ["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| {
+                let term = confine(&w["podAffinityTerm"])?;
+                Some(json!({"weight": w["weight"].as_i64().unwrap_or(1), "podAffinityTerm": term}))
+            })
+            .collect();
+        if !preferred.is_empty() {
+            built.insert(
+                "preferredDuringSchedulingIgnoredDuringExecution".into(),
+                Value::Array(preferred),
+            );
+        }
+        if !built.is_empty() {
+            out.insert(kind.into(), Value::Object(built));
+        }
+    }
+    out
+}
+
 /// Labels of host pods that a tenant Service selector `selector` in `namespace` must match.
 pub fn host_selector(
     selector: &BTreeMap<String, String>,
@@ -860,6 +954,46 @@ pub fn pinned_node(spec: &Value) -> Option<&str> {
     match field["values"].as_array()?.as_slice() {
         [node] => node.as_str().filter(|n| !n.is_empty()),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod affinity_tests {
+    use super::*;
+
+    #[test]
+    fn pod_affinity_is_confined_to_the_tenant() {
+        let aff = json!({"podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "web", "fabrik.dev/tenant": "x"}},
+                 "topologyKey": "kubernetes.io/hostname"},
+                {"labelSelector": {}, "topologyKey": "zone", "namespaceSelector": {}}],
+            "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 10, "podAffinityTerm":
+                {"labelSelector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]},
+                 "namespaces": ["a", "b"], "topologyKey": "zone"}}]}});
+        let h = host_pod_affinity(&aff, "ml", "t1");
+        let req = &h["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"];
+        assert_eq!(
+            req.as_array().map(Vec::len),
+            Some(1),
+            "namespaceSelector terms dropped"
+        );
+        assert_eq!(
+            req[0]["labelSelector"]["matchLabels"],
+            json!({"app": "web", "fabrik.dev/tenant": "t1"})
+        );
+        assert_eq!(
+            req[0]["labelSelector"]["matchExpressions"],
+            json!([{"key": "fabrik.dev/namespace", "operator": "In", "values": ["ml"]}])
+        );
+        assert_eq!(req[0]["namespaces"], json!(["fabrik-t1"]));
+        let pref = &h["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
+        assert_eq!(pref["weight"], 10);
+        assert_eq!(
+            pref["podAffinityTerm"]["labelSelector"]["matchExpressions"][1]["values"],
+            json!(["a", "b"])
+        );
+        assert!(host_pod_affinity(&Value::Null, "ml", "t1").is_empty());
     }
 }
 

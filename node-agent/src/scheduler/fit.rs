@@ -9,6 +9,8 @@
 //! * ResourceClaims ([`super::claims`]): an allocated claim's pods go to its node; a pending
 //!   claim's requests take free devices among those their selectors match, whole GPUs as
 //!   above, other devices packed.
+//! * Required pod affinity and anti-affinity ([`super::affinity`]) against the pods on the
+//!   nodes, those placed earlier in the round included.
 //! * Node choice: best fit — the node left with the fewest free GPU devices of the requested
 //!   kinds, then the least free CPU, then memory; ties by name.
 
@@ -16,6 +18,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
+use super::affinity;
 use super::claims::{ClaimAllocation, ClaimNeed, Count};
 use super::model::{is_gpu_resource, GpuDevice, NodeView, PodRequest};
 
@@ -282,8 +285,21 @@ type Candidate<'a> = ((i64, i64, i64), &'a str, Fit);
 pub fn choose(nodes: &[NodeView], pod: &PodRequest) -> Result<Placement, String> {
     let mut best: Option<Candidate> = None;
     let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    for n in nodes {
-        match fit(n, pod) {
+    let domains: Vec<affinity::NodePods<'_>> = nodes
+        .iter()
+        .map(|n| (n.name.as_str(), &n.labels, n.pods.as_slice()))
+        .collect();
+    let me = affinity::Placed {
+        namespace: pod.namespace.clone(),
+        labels: pod.labels.clone(),
+    };
+    for (n, domain) in nodes.iter().zip(&domains) {
+        let placed = if pod.pod_affinity.is_empty() {
+            Ok(())
+        } else {
+            affinity::allows(&pod.pod_affinity, &me, *domain, &domains)
+        };
+        match placed.and_then(|()| fit(n, pod)) {
             Ok(devices) => {
                 let s = score(n, pod);
                 let better = best
@@ -320,6 +336,10 @@ pub fn commit(nodes: &mut [NodeView], pod: &PodRequest, placement: &Placement) {
     let Some(n) = nodes.iter_mut().find(|n| n.name == placement.node) else {
         return;
     };
+    n.pods.push(affinity::Placed {
+        namespace: pod.namespace.clone(),
+        labels: pod.labels.clone(),
+    });
     for (k, v) in &pod.requests {
         *n.free.entry(k.clone()).or_insert(0) -= v;
     }

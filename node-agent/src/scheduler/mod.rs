@@ -18,6 +18,7 @@
 //! Caveats: it polls rather than watches; pods bound by someone else without
 //! `fabrik.dev/gpu-ids` use node resources but no particular device.
 
+pub mod affinity;
 pub mod claims;
 pub mod fit;
 pub mod model;

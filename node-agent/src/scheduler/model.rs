@@ -56,6 +56,9 @@ pub struct NodeView {
     pub free: BTreeMap<String, i64>,
     /// GPU devices.
     pub devices: Vec<GpuDevice>,
+    /// The pods on it that hold resources (and those placed on it this round), for pod
+    /// affinity.
+    pub pods: Vec<super::affinity::Placed>,
 }
 
 /// A pending pod as the scheduler sees it.
@@ -80,6 +83,10 @@ pub struct PodRequest {
     pub gang: Option<(String, usize)>,
     /// What its ResourceClaims need (see [`super::claims`]).
     pub claims: Vec<super::claims::ClaimNeed>,
+    /// Its labels.
+    pub labels: serde_json::Map<String, serde_json::Value>,
+    /// Its required pod affinity and anti-affinity.
+    pub pod_affinity: super::affinity::Required,
 }
 
 /// Whether `resource` is a GPU resource placed on devices.
@@ -152,7 +159,16 @@ pub fn gang(pod: &Pod) -> Result<Option<(String, usize)>, String> {
 /// The pod as a request, or why it cannot be scheduled at all.
 pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
     let spec = pod.spec.clone().unwrap_or_default();
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let affinity_json = spec
+        .affinity
+        .as_ref()
+        .and_then(|a| serde_json::to_value(a).ok())
+        .unwrap_or_default();
+    let pod_affinity = super::affinity::required(&affinity_json, &namespace)?;
     Ok(PodRequest {
+        labels: placed(pod).labels,
+        pod_affinity,
         namespace: pod.metadata.namespace.clone().unwrap_or_default(),
         name: pod.metadata.name.clone().unwrap_or_default(),
         uid: pod.metadata.uid.clone().unwrap_or_default(),
@@ -168,6 +184,20 @@ pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
         gang: gang(pod)?,
         claims: Vec::new(),
     })
+}
+
+/// A pod as pod affinity sees it: namespace and labels.
+pub fn placed(pod: &Pod) -> super::affinity::Placed {
+    super::affinity::Placed {
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        labels: pod
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect(),
+    }
 }
 
 /// Whether a pod is bound, not finished, so that it holds resources on its node.
@@ -275,6 +305,7 @@ pub fn nodes(
                 schedulable: ready && !spec.unschedulable.unwrap_or(false),
                 free,
                 devices: Vec::new(),
+                pods: Vec::new(),
             }
         })
         .collect();
@@ -296,6 +327,7 @@ pub fn nodes(
         let Some(v) = views.iter_mut().find(|v| v.name == node) else {
             continue;
         };
+        v.pods.push(placed(p));
         // A pod whose requests cannot be read was refused by the API server's validation;
         // count nothing for it rather than guess.
         if let Ok(req) = requests(p) {
