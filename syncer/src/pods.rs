@@ -16,10 +16,10 @@
 //! pointing there, before its own entries (which win, as upstream's container env wins over
 //! service env).
 //!
-//! Pod affinity and anti-affinity are carried over confined to the tenant's own pods
-//! ([`host_pod_affinity`]). Not carried over (documented limits): node affinity — except a pin
-//! to one node by name, which is how a DaemonSet places its pods — and topology spread
-//! constraints, `nodeName`, `schedulerName`, `priority`,
+//! Pod affinity, anti-affinity and topology spread constraints are carried over confined to the
+//! tenant's own pods ([`host_pod_affinity`], [`host_spread_constraints`]). Not carried over
+//! (documented limits): node affinity — except a pin to one node by name, which is how a
+//! DaemonSet places its pods — `nodeName`, `schedulerName`, `priority`,
 //! `hostAliases`, `readinessGates`, inline CSI / image / other volume sources
 //! (replaced by `emptyDir` so that mounts still resolve), `mountPropagation`, probe `host`s.
 
@@ -328,6 +328,10 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     }
     if !affinity.is_empty() {
         out.insert("affinity".into(), Value::Object(affinity));
+    }
+    let spread = host_spread_constraints(&spec["topologySpreadConstraints"], ns, ctx.tenant);
+    if !spread.is_empty() {
+        out.insert("topologySpreadConstraints".into(), Value::Array(spread));
     }
     if let Some(rc) = &ctx.policy.runtime_class {
         out.insert("runtimeClassName".into(), json!(rc));
@@ -915,6 +919,49 @@ pub fn host_pod_affinity(affinity: &Value, namespace: &str, tenant: &str) -> Map
     out
 }
 
+/// The tenant pod's topology spread constraints, confined to its namespace's pods: the selector
+/// gets the tenant's and namespace labels. Constraints with `matchLabelKeys` are left out.
+pub fn host_spread_constraints(list: &Value, namespace: &str, tenant: &str) -> Vec<Value> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["matchLabelKeys"].as_array().is_none_or(Vec::is_empty))
+        .filter_map(|c| {
+            let key = c["topologyKey"].as_str().filter(|k| !k.is_empty())?;
+            let labels = naming::string_map(&c["labelSelector"]["matchLabels"]);
+            let expressions: Vec<Value> = c["labelSelector"]["matchExpressions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|e| {
+                    !e["key"]
+                        .as_str()
+                        .unwrap_or("")
+                        .starts_with(fabrik_api::RESERVED_PREFIX)
+                })
+                .cloned()
+                .collect();
+            let mut out = Map::new();
+            for f in [
+                "maxSkew",
+                "whenUnsatisfiable",
+                "minDomains",
+                "nodeAffinityPolicy",
+                "nodeTaintsPolicy",
+            ] {
+                copy(c, &mut out, f);
+            }
+            out.insert("topologyKey".into(), json!(key));
+            out.insert(
+                "labelSelector".into(),
+                json!({"matchLabels": host_selector(&labels, namespace, tenant),
+                    "matchExpressions": expressions}),
+            );
+            Some(Value::Object(out))
+        })
+        .collect()
+}
+
 /// Labels of host pods that a tenant Service selector `selector` in `namespace` must match.
 pub fn host_selector(
     selector: &BTreeMap<String, String>,
@@ -994,6 +1041,20 @@ mod affinity_tests {
             json!(["a", "b"])
         );
         assert!(host_pod_affinity(&Value::Null, "ml", "t1").is_empty());
+        let spread = host_spread_constraints(
+            &json!([{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "DoNotSchedule",
+                "labelSelector": {"matchLabels": {"app": "web"}}},
+                {"maxSkew": 1, "topologyKey": "zone", "labelSelector": {},
+                 "matchLabelKeys": ["pod-template-hash"]}]),
+            "ml",
+            "t1",
+        );
+        assert_eq!(spread.len(), 1);
+        assert_eq!(
+            spread[0]["labelSelector"]["matchLabels"],
+            json!({"app": "web", "fabrik.dev/tenant": "t1", "fabrik.dev/namespace": "ml"})
+        );
+        assert_eq!(spread[0]["whenUnsatisfiable"], "DoNotSchedule");
     }
 }
 

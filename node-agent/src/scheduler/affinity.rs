@@ -9,7 +9,12 @@
 //! - Anti-affinity: no selected pod runs in the node's domain (a node without the key has no
 //!   domain and passes).
 //!
-//! Preferred terms are scores and are not used here. Not done: existing pods' anti-affinity
+//! Topology spread constraints (`whenUnsatisfiable: DoNotSchedule`): placing the pod in the
+//! node's domain may not make its count of selected pods (of the pod's namespace) exceed the
+//! least-loaded domain's by more than `maxSkew` (the least counts 0 while there are fewer
+//! domains than `minDomains`); a node without the key does not fit.
+//!
+//! Preferred terms and `ScheduleAnyway` constraints are scores and are not used here. Not done: existing pods' anti-affinity
 //! toward the incoming pod (upstream's symmetry), `namespaceSelector` other than empty (all
 //! namespaces), `matchLabelKeys` / `mismatchLabelKeys` — a term with those is refused with the
 //! reason, never ignored.
@@ -31,19 +36,30 @@ pub struct Term {
     topology_key: String,
 }
 
-/// A pod's required affinity and anti-affinity terms.
+/// One `whenUnsatisfiable: DoNotSchedule` topology spread constraint.
+#[derive(Clone, Debug)]
+pub struct Spread {
+    max_skew: i64,
+    topology_key: String,
+    selector: Selector,
+    min_domains: i64,
+}
+
+/// A pod's required affinity and anti-affinity terms, and its hard spread constraints.
 #[derive(Clone, Debug, Default)]
 pub struct Required {
     /// Terms some selected pod must satisfy in the node's domain.
     pub affinity: Vec<Term>,
     /// Terms no selected pod may satisfy in the node's domain.
     pub anti_affinity: Vec<Term>,
+    /// Topology spread constraints it may not violate.
+    pub spread: Vec<Spread>,
 }
 
 impl Required {
     /// Whether there is nothing to check.
     pub fn is_empty(&self) -> bool {
-        self.affinity.is_empty() && self.anti_affinity.is_empty()
+        self.affinity.is_empty() && self.anti_affinity.is_empty() && self.spread.is_empty()
     }
 }
 
@@ -106,7 +122,37 @@ pub fn required(affinity: &Value, namespace: &str) -> Result<Required, String> {
     Ok(Required {
         affinity: terms(&affinity["podAffinity"][key], namespace)?,
         anti_affinity: terms(&affinity["podAntiAffinity"][key], namespace)?,
+        spread: Vec::new(),
     })
+}
+
+/// The pod's `DoNotSchedule` topology spread constraints (`spec.topologySpreadConstraints`);
+/// `ScheduleAnyway` ones only score, and are not used here.
+pub fn spread(constraints: &Value) -> Result<Vec<Spread>, String> {
+    let mut out = Vec::new();
+    for c in constraints.as_array().into_iter().flatten() {
+        if c["whenUnsatisfiable"].as_str().unwrap_or("DoNotSchedule") != "DoNotSchedule" {
+            continue;
+        }
+        if c["matchLabelKeys"]
+            .as_array()
+            .is_some_and(|a| !a.is_empty())
+        {
+            return Err("topology spread matchLabelKeys is not supported by this scheduler".into());
+        }
+        let topology_key = c["topologyKey"].as_str().unwrap_or("").to_string();
+        if topology_key.is_empty() {
+            return Err("topology spread constraint without a topologyKey".into());
+        }
+        out.push(Spread {
+            max_skew: c["maxSkew"].as_i64().unwrap_or(1).max(1),
+            topology_key,
+            selector: Selector::from_label_selector(&c["labelSelector"])
+                .map_err(|e| format!("topology spread labelSelector: {e}"))?,
+            min_domains: c["minDomains"].as_i64().unwrap_or(1).max(1),
+        });
+    }
+    Ok(out)
 }
 
 impl Term {
@@ -147,6 +193,35 @@ pub fn allows(
             .any(|(_, _, pods)| pods.iter().any(|p| t.selects(p)));
         if taken {
             return Err("node(s) didn't match pod anti-affinity rules".into());
+        }
+    }
+    for c in &req.spread {
+        let Some(value) = domain(name, labels, &c.topology_key) else {
+            return Err(
+                "node(s) didn't match pod topology spread constraints (missing required label)"
+                    .into(),
+            );
+        };
+        // Selected pods of the pod's namespace per domain, over the nodes that have one.
+        let mut counts: BTreeMap<&str, i64> = BTreeMap::new();
+        for (n, l, pods) in nodes {
+            if let Some(d) = domain(n, l, &c.topology_key) {
+                let selected = pods
+                    .iter()
+                    .filter(|p| p.namespace == me.namespace && c.selector.matches(Some(&p.labels)))
+                    .count();
+                *counts.entry(d).or_insert(0) += i64::try_from(selected).unwrap_or(i64::MAX);
+            }
+        }
+        let fewer_domains = i64::try_from(counts.len()).unwrap_or(i64::MAX) < c.min_domains;
+        let min = if fewer_domains {
+            0
+        } else {
+            counts.values().copied().min().unwrap_or(0)
+        };
+        let mine = i64::from(c.selector.matches(Some(&me.labels)));
+        if counts.get(value).copied().unwrap_or(0) + mine - min > c.max_skew {
+            return Err("node(s) didn't match pod topology spread constraints".into());
         }
     }
     for t in &req.affinity {
@@ -234,6 +309,30 @@ mod tests {
         elsewhere.namespace = "other".into();
         let nodes2: Vec<NodePods<'_>> = vec![("n1", &za, std::slice::from_ref(&elsewhere))];
         assert!(allows(&anti, &me, nodes2[0], &nodes2).is_ok());
+    }
+
+    #[test]
+    fn spread_constraints_bound_the_skew() {
+        let host =
+            |n: &str| BTreeMap::from([("kubernetes.io/hostname".to_string(), n.to_string())]);
+        let (h1, h2) = (host("n1"), host("n2"));
+        let two = [placed("web"), placed("web")];
+        let one = [placed("web")];
+        let nodes: Vec<NodePods<'_>> = vec![("n1", &h1, &two), ("n2", &h2, &one)];
+        let req = Required {
+            spread: spread(&json!([{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "web"}}},
+                {"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway",
+                "labelSelector": {}}]))
+            .expect("spread"),
+            ..Required::default()
+        };
+        assert_eq!(req.spread.len(), 1, "ScheduleAnyway only scores");
+        let me = placed("web");
+        assert!(allows(&req, &me, nodes[0], &nodes).is_err(), "3 vs 1 > 1");
+        assert!(allows(&req, &me, nodes[1], &nodes).is_ok(), "2 vs 2");
+        // A pod its own selector does not pick adds nothing: 2 + 0 - 1 is within the skew.
+        assert!(allows(&req, &placed("db"), nodes[0], &nodes).is_ok());
     }
 
     #[test]

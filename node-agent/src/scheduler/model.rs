@@ -165,7 +165,9 @@ pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
         .as_ref()
         .and_then(|a| serde_json::to_value(a).ok())
         .unwrap_or_default();
-    let pod_affinity = super::affinity::required(&affinity_json, &namespace)?;
+    let mut pod_affinity = super::affinity::required(&affinity_json, &namespace)?;
+    let spread = serde_json::to_value(&spec.topology_spread_constraints).unwrap_or_default();
+    pod_affinity.spread = super::affinity::spread(&spread)?;
     Ok(PodRequest {
         labels: placed(pod).labels,
         pod_affinity,
