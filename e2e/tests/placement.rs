@@ -66,3 +66,39 @@ fn anti_affinity_spreads_a_tenant_s_pods_and_only_its_own() -> Result<()> {
     }
     Ok(())
 }
+
+/// A hard topology spread constraint: four replicas over two nodes end two and two, where the
+/// scheduler's best fit alone would pack them onto one node.
+#[test]
+fn spread_constraints_balance_a_tenant_s_pods() -> Result<()> {
+    let f = Fabrik::start_with(&["--nodes", "2"])?;
+    let cfg = f.create_tenant("balanced", &[])?;
+    let k = &kubectls()[0];
+    kc_apply_ok(
+        k,
+        &cfg,
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: api}\nspec:\n  replicas: 4\n  selector: {matchLabels: {app: api}}\n  template:\n    metadata: {labels: {app: api}}\n    spec:\n      topologySpreadConstraints:\n      - maxSkew: 1\n        topologyKey: kubernetes.io/hostname\n        whenUnsatisfiable: DoNotSchedule\n        labelSelector: {matchLabels: {app: api}}\n      containers: [{name: main, image: nginx}]\n",
+    )?;
+    poll("two pods on each node", || {
+        let nodes = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=api",
+                "--field-selector",
+                "status.phase=Running",
+                "-o",
+                "jsonpath={.items[*].spec.nodeName}",
+            ],
+        )?;
+        let mut per: std::collections::BTreeMap<&str, usize> = Default::default();
+        for n in nodes.split_whitespace() {
+            *per.entry(n).or_default() += 1;
+        }
+        Ok(per.len() == 2 && per.values().all(|c| *c == 2))
+    })?;
+    Ok(())
+}

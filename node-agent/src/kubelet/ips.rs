@@ -1,5 +1,7 @@
 //! Pod IPs of one simulated node: node `i` of pod network `A.B` (by default 10.244) owns
-//! `A.B.<i>.0/24` and hands out `.2`–`.254`, lowest free first; released addresses are reused.
+//! `A.B.<i>.0/24` and hands out `.2`–`.254`, the next free one after the last handed out (as
+//! host-local IPAM does, so that an address just released — a finished pod's — is not at once
+//! someone else's while Endpoints may still name it).
 //! (A pod network in 127.0.0.0/8 makes every simulated pod's address one a test on the same
 //! machine can send from, as the pod would.)
 
@@ -12,6 +14,8 @@ pub struct PodIps {
     network: [u8; 2],
     subnet: u8,
     used: BTreeSet<u8>,
+    /// The last address handed out.
+    last: u8,
 }
 
 impl PodIps {
@@ -24,6 +28,7 @@ impl PodIps {
             network,
             subnet: index,
             used: BTreeSet::new(),
+            last: 1,
         }
     }
 
@@ -45,10 +50,13 @@ impl PodIps {
         }
     }
 
-    /// The lowest free address, or `None` when all 253 are taken.
+    /// The next free address after the last one handed out, or `None` when all 253 are taken.
     pub fn allocate(&mut self) -> Option<String> {
-        let d = (2..=254u8).find(|d| !self.used.contains(d))?;
+        let d = (self.last.saturating_add(1)..=254u8)
+            .chain(2..=self.last.min(254))
+            .find(|d| !self.used.contains(d))?;
         self.used.insert(d);
+        self.last = d;
         let [a, b] = self.network;
         Some(Ipv4Addr::new(a, b, self.subnet, d).to_string())
     }
@@ -71,12 +79,15 @@ mod tests {
         assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
         assert_eq!(ips.allocate().as_deref(), Some("10.244.1.3"));
         ips.release("10.244.1.2");
-        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
+        // Not at once again: the next one, round the range.
+        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.4"));
         assert!(!ips.reserve("10.244.2.9"));
         assert!(ips.reserve("10.244.1.9"));
-        for _ in 0..250 {
-            ips.allocate();
+        for _ in 0..249 {
+            assert!(ips.allocate().is_some());
         }
+        // Only .2 is left, found after wrapping round.
+        assert_eq!(ips.allocate().as_deref(), Some("10.244.1.2"));
         assert_eq!(ips.allocate(), None);
         let mut lo = PodIps::new([127, 244], 3);
         assert_eq!(lo.allocate().as_deref(), Some("127.244.3.2"));

@@ -270,7 +270,9 @@ impl Kubelet {
             .collect();
         for uid in gone {
             if let Some((ns, pod, ip)) = self.started.remove(&uid) {
-                self.ips.release(&ip);
+                if !ip.is_empty() {
+                    self.ips.release(&ip);
+                }
                 self.logs.remove_pod(&ns, &pod);
             }
         }
@@ -459,7 +461,20 @@ impl Kubelet {
             );
             self.logs.end(&ns, &name, &c);
         }
-        // The pod IP stays taken until the pod is gone, as a real kubelet keeps it.
+        // The finished pod's sandbox is gone: its address returns to the node's pool (the
+        // status keeps it, as a kubelet's does). Without this a node ran out of addresses
+        // after 253 finished pods that nobody deleted (a Job's).
+        if let Some(entry) = pod
+            .metadata
+            .uid
+            .as_ref()
+            .and_then(|u| self.started.get_mut(u))
+        {
+            let ip = std::mem::take(&mut entry.2);
+            if !ip.is_empty() {
+                self.ips.release(&ip);
+            }
+        }
         Ok(())
     }
 
@@ -529,7 +544,9 @@ impl Kubelet {
         }
         if let Some(uid) = &pod.metadata.uid {
             if let Some((_, _, ip)) = self.started.remove(uid) {
-                self.ips.release(&ip);
+                if !ip.is_empty() {
+                    self.ips.release(&ip);
+                }
             }
         }
         self.logs.remove_pod(&ns, &name);
