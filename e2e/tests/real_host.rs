@@ -681,6 +681,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4f DRA on a host without resource.k8s.io/v1: a pod with a claim is told why, never run without it",
+        || claims_on_an_old_host(&k, &tkc),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -1086,6 +1091,36 @@ const HOSTILE: &[(&str, &str, &str)] = &[
 /// The host ResourceQuota of the tenant's namespace is counted by the real quota controller;
 /// what a hostile tenant tries is refused at its admission and never reaches the host; a
 /// selector-less Service's Endpoints keep only the tenant's own pods on the host.
+/// Kubernetes 1.28 serves no `resource.k8s.io/v1`: a tenant pod with a resource claim stays
+/// Pending with the reason instead of running without its device; the rest of the tenant
+/// syncs as before (the steps above).
+fn claims_on_an_old_host(k: &Kubectl, tkc: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("claim.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.fabrik.dev}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: claimer}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
+    )?;
+    kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
+    poll("the claiming pod told why", 60, || {
+        let pod = get_json(k, tkc, &["get", "pod", "claimer"])?;
+        let reason = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "PodScheduled")
+            .map(|c| c["reason"].as_str().unwrap_or("").to_string())
+            .unwrap_or_default();
+        let pending = pod["status"]["phase"].as_str().unwrap_or("Pending") == "Pending";
+        Ok((
+            pending && reason == "ResourceClaimsUnavailable",
+            pod["status"].to_string(),
+        ))
+    })?;
+    kc_ok(k, tkc, &["delete", "pod", "claimer", "--wait=false"])?;
+    Ok(())
+}
+
 fn quota_and_escapes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
     poll("the host quota counting the tenant's pods", 60, || {
         let pods = get_json(k, admin, &["get", "pods", "-n", NS])?;

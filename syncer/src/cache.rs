@@ -28,6 +28,8 @@ pub fn key_of(obj: &Value) -> ObjKey {
 pub struct Cache {
     objects: RwLock<HashMap<ObjKey, Arc<Value>>>,
     ready: tokio::sync::watch::Sender<bool>,
+    /// The kind is not served where the cache is fed from (or may not be listed there).
+    unavailable: std::sync::atomic::AtomicBool,
 }
 
 impl Default for Cache {
@@ -35,6 +37,7 @@ impl Default for Cache {
         Cache {
             objects: RwLock::default(),
             ready: tokio::sync::watch::Sender::new(false),
+            unavailable: std::sync::atomic::AtomicBool::new(false),
         }
     }
 }
@@ -76,6 +79,17 @@ impl Cache {
             .collect();
         *objects = new;
         gone
+    }
+
+    /// Says whether the kind is unavailable at the source (not served, or not permitted).
+    pub fn set_unavailable(&self, unavailable: bool) {
+        self.unavailable
+            .store(unavailable, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether the kind is unavailable at the source: the cache is empty for that reason.
+    pub fn is_unavailable(&self) -> bool {
+        self.unavailable.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// Marks the cache as listed.

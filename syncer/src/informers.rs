@@ -49,6 +49,8 @@ impl Drop for Inner {
 struct Informer {
     state: Mutex<InformerState>,
     listed: std::sync::atomic::AtomicBool,
+    /// The host does not serve the kind (or Fabrik may not list it).
+    unavailable: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Default)]
@@ -65,6 +67,7 @@ impl Informer {
     fn cache(&self, tenant: &str) -> Arc<Cache> {
         let mut s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let cache = s.caches.entry(tenant.to_string()).or_default().clone();
+        cache.set_unavailable(self.unavailable.load(std::sync::atomic::Ordering::SeqCst));
         if self.listed.load(std::sync::atomic::Ordering::SeqCst) {
             cache.set_ready();
         }
@@ -253,6 +256,8 @@ async fn run_informer(
             Ok(watcher::Event::InitDone) => {
                 unserved = false;
                 last_error = None;
+                inf.unavailable
+                    .store(false, std::sync::atomic::Ordering::SeqCst);
                 let mut listed = std::mem::take(&mut relist);
                 tracing::debug!(
                     ?kind,
@@ -293,6 +298,7 @@ async fn run_informer(
                     .cloned()
                     .collect();
                 for c in all {
+                    c.set_unavailable(false);
                     c.set_ready();
                 }
             }
@@ -305,6 +311,8 @@ async fn run_informer(
                     tracing::warn!(?kind, error = %e,
                         "the host does not serve (or Fabrik may not list) this kind; nothing of it is synced");
                 }
+                inf.unavailable
+                    .store(true, std::sync::atomic::Ordering::SeqCst);
                 inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
                 let all: Vec<Arc<Cache>> = inf
                     .state
@@ -315,6 +323,7 @@ async fn run_informer(
                     .cloned()
                     .collect();
                 for c in all {
+                    c.set_unavailable(true);
                     c.set_ready();
                 }
             }

@@ -743,6 +743,18 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             );
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
+        if let Some(why) = claims_refused(ctx, &tpod) {
+            // Never run a pod without the devices it claims: say why, once, and wait (the
+            // pod is reconciled again when the host or the Tenant changes).
+            let condition = json!([{"type": "PodScheduled", "status": "False",
+                "reason": "ResourceClaimsUnavailable", "message": why}]);
+            if contains(&tpod["status"]["conditions"], &condition) {
+                return Ok(());
+            }
+            let mut status = Map::new();
+            status.insert("conditions".into(), condition);
+            return ctx.tenant_status(Kind::Pod, ns, name, status).await;
+        }
         let services = ctx
             .tcache(Kind::Service)
             .map(|c| c.list())
@@ -1144,6 +1156,28 @@ async fn node(ctx: &Context, name: &str) -> Result<(), Error> {
             Ok(())
         }
     }
+}
+
+/// Why a tenant pod with resource claims cannot go to the host: the tenant may not use
+/// devices, or the host does not serve (or lets Fabrik use) `resource.k8s.io/v1`.
+fn claims_refused(ctx: &Context, pod: &Value) -> Option<&'static str> {
+    let claims = pod["spec"]["resourceClaims"]
+        .as_array()
+        .is_some_and(|c| !c.is_empty());
+    if !claims {
+        return None;
+    }
+    if !ctx.policy.device_classes {
+        return Some(
+            "the tenant's quota allows no devices: its resource claims are not synced to the host",
+        );
+    }
+    let unavailable = ctx
+        .hcache(Kind::ResourceClaim)
+        .is_none_or(|c| c.is_unavailable());
+    unavailable.then_some(
+        "the host does not serve resource.k8s.io/v1 (or does not let Fabrik use it): a pod with resource claims cannot run there",
+    )
 }
 
 /// Copies a host claim's status to its tenant claim (reservations naming tenant pods).
