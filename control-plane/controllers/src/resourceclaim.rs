@@ -67,8 +67,8 @@ fn is_not_found(e: &kube::Error) -> bool {
 /// What the controller does besides creating claims from templates.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Config {
-    /// Release claims (reservations of finished pods, allocations reserved for nobody,
-    /// generated claims of finished pods): where this cluster allocates its own claims.
+    /// Release claims (drop reservations of finished pods, and the allocation of a claim
+    /// reserved for nobody): where this cluster allocates its own claims.
     pub releases: bool,
 }
 

@@ -112,8 +112,22 @@ impl Harness for SledHarness {
 
     async fn restart(&mut self) -> TestResult {
         self.backend = None;
-        self.backend = Some(sled_open(self.dir.path(), self.history)?);
-        Ok(())
+        // A task of the closed backend (a watch's) may hold the database's file lock a moment
+        // longer: wait for it (up to 5 s) rather than fail on a busy lock.
+        let mut tries = 0;
+        loop {
+            match sled_open(self.dir.path(), self.history) {
+                Ok(backend) => {
+                    self.backend = Some(backend);
+                    return Ok(());
+                }
+                Err(e) if tries < 50 && e.to_string().contains("could not acquire lock") => {
+                    tries += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }
 
