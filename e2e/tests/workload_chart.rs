@@ -229,12 +229,20 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
             if !out.contains("Phase:          Succeeded") && !out.contains("Succeeded") {
                 bail!("helm test: {out}");
             }
-            h.run_ok(&home, &cfg, &["uninstall", &rel, "--wait", "--timeout", "90s"])?;
-            e2e::poll_until("nothing of the release left", std::time::Duration::from_secs(90), || {
-                let here = tenant_leftovers(k, &cfg, &rel)?;
-                let there = host_leftovers(k, &host, &tenant)?;
-                Ok(here.is_empty() && there.is_empty())
-            })
+            h.run_ok(
+                &home,
+                &cfg,
+                &["uninstall", &rel, "--wait", "--timeout", "90s"],
+            )?;
+            e2e::poll_until(
+                "nothing of the release left",
+                std::time::Duration::from_secs(90),
+                || {
+                    let here = tenant_leftovers(k, &cfg, &rel)?;
+                    let there = host_leftovers(k, &host, &tenant)?;
+                    Ok(here.is_empty() && there.is_empty())
+                },
+            )
             .map_err(|e| {
                 let here = tenant_leftovers(k, &cfg, &rel).unwrap_or_default();
                 let there = host_leftovers(k, &host, &tenant).unwrap_or_default();
@@ -243,7 +251,11 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
             Ok(())
         };
         if let Err(e) = run() {
-            panic!("helm {}: {e:#}\n--- fabrik up log ---\n{}", h.major, f.log());
+            panic!(
+                "helm {}: {e:#}\n--- fabrik up log ---\n{}",
+                h.major,
+                f.log()
+            );
         }
     }
 }
