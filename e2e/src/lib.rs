@@ -532,3 +532,15 @@ pub fn helms() -> Vec<Helm> {
         .filter(|h| h.path.exists())
         .collect()
 }
+
+/// Writes `files` (relative path, text) under `dir`, making folders as needed: fixture charts.
+pub fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<()> {
+    for (path, text) in files {
+        let file = dir.join(path);
+        if let Some(parent) = file.parent() {
+            std::fs::create_dir_all(parent)?;
+        }
+        std::fs::write(file, text)?;
+    }
+    Ok(())
+}

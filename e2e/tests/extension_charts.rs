@@ -152,13 +152,7 @@ spec:
 
 fn write_chart(dir: &Path) -> Result<PathBuf> {
     let chart = dir.join("gadget-operator");
-    for (path, text) in CHART {
-        let file = chart.join(path);
-        if let Some(parent) = file.parent() {
-            std::fs::create_dir_all(parent)?;
-        }
-        std::fs::write(file, text)?;
-    }
+    e2e::write_files(&chart, CHART)?;
     Ok(chart)
 }
 

@@ -80,6 +80,26 @@ impl Informer {
         s.caches.entry(tenant.to_string()).or_default().clone()
     }
 
+    /// Marks the kind listed — or unavailable at the host — and every cache ready, so that
+    /// caches made later start ready as well.
+    fn settle(&self, unavailable: bool) {
+        self.unavailable
+            .store(unavailable, std::sync::atomic::Ordering::SeqCst);
+        self.listed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let all: Vec<Arc<Cache>> = self
+            .state
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .caches
+            .values()
+            .cloned()
+            .collect();
+        for c in all {
+            c.set_unavailable(unavailable);
+            c.set_ready();
+        }
+    }
+
     fn notifiers(&self, tenant: Option<&str>) -> Vec<Notifier> {
         let s = self.state.lock().unwrap_or_else(|e| e.into_inner());
         match tenant {
@@ -256,8 +276,6 @@ async fn run_informer(
             Ok(watcher::Event::InitDone) => {
                 unserved = false;
                 last_error = None;
-                inf.unavailable
-                    .store(false, std::sync::atomic::Ordering::SeqCst);
                 let mut listed = std::mem::take(&mut relist);
                 tracing::debug!(
                     ?kind,
@@ -288,19 +306,7 @@ async fn run_informer(
                     }
                 }
                 // Caches created while the listing was applied had nothing in it: ready too.
-                inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
-                let all: Vec<Arc<Cache>> = inf
-                    .state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .caches
-                    .values()
-                    .cloned()
-                    .collect();
-                for c in all {
-                    c.set_unavailable(false);
-                    c.set_ready();
-                }
+                inf.settle(false);
             }
             Err(e) if kind.optional() && is_unavailable(&e) => {
                 // Not served by this host (or not permitted to Fabrik): none of these objects
@@ -311,21 +317,7 @@ async fn run_informer(
                     tracing::warn!(?kind, error = %e,
                         "the host does not serve (or Fabrik may not list) this kind; nothing of it is synced");
                 }
-                inf.unavailable
-                    .store(true, std::sync::atomic::Ordering::SeqCst);
-                inf.listed.store(true, std::sync::atomic::Ordering::SeqCst);
-                let all: Vec<Arc<Cache>> = inf
-                    .state
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .caches
-                    .values()
-                    .cloned()
-                    .collect();
-                for c in all {
-                    c.set_unavailable(true);
-                    c.set_ready();
-                }
+                inf.settle(true);
             }
             Err(e) => {
                 // Once per different error, not once per retry.

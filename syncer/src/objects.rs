@@ -183,23 +183,7 @@ pub fn host_pdb(pdb: &Value, tenant: &str) -> Value {
             out.insert(f.into(), spec[f].clone());
         }
     }
-    let labels = naming::string_map(&spec["selector"]["matchLabels"]);
-    let mut selector = json!({"matchLabels": crate::pods::host_selector(&labels, ns, tenant)});
-    let expressions: Vec<Value> = spec["selector"]["matchExpressions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|e| {
-            !e["key"]
-                .as_str()
-                .unwrap_or("")
-                .starts_with(fabrik_api::RESERVED_PREFIX)
-        })
-        .cloned()
-        .collect();
-    if !expressions.is_empty() {
-        selector["matchExpressions"] = Value::Array(expressions);
-    }
+    let selector = crate::pods::confined_selector(&spec["selector"], &[ns.to_string()], tenant);
     out.insert("selector".into(), selector);
     json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
         "metadata": metadata(pdb, tenant), "spec": out})

@@ -857,29 +857,10 @@ pub fn host_pod_affinity(affinity: &Value, namespace: &str, tenant: &str) -> Map
                     .collect()
             })
             .unwrap_or_else(|| vec![namespace.to_string()]);
-        let labels = naming::string_map(&term["labelSelector"]["matchLabels"]);
-        let mut match_labels: BTreeMap<String, String> = labels
-            .into_iter()
-            .filter(|(k, _)| !k.starts_with(fabrik_api::RESERVED_PREFIX))
-            .collect();
-        match_labels.insert(fabrik_api::LABEL_TENANT.into(), tenant.into());
-        let mut expressions: Vec<Value> = term["labelSelector"]["matchExpressions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|e| {
-                !e["key"]
-                    .as_str()
-                    .unwrap_or("")
-                    .starts_with(fabrik_api::RESERVED_PREFIX)
-            })
-            .cloned()
-            .collect();
-        expressions.push(json!({"key": fabrik_api::LABEL_NAMESPACE, "operator": "In",
-            "values": namespaces}));
-        Some(json!({"labelSelector": {"matchLabels": match_labels,
-            "matchExpressions": expressions},
-            "namespaces": [host_ns], "topologyKey": key}))
+        Some(
+            json!({"labelSelector": confined_selector(&term["labelSelector"], &namespaces, tenant),
+            "namespaces": [host_ns], "topologyKey": key}),
+        )
     };
     let mut out = Map::new();
     for kind in ["podAffinity", "podAntiAffinity"] {
@@ -928,19 +909,6 @@ pub fn host_spread_constraints(list: &Value, namespace: &str, tenant: &str) -> V
         .filter(|c| c["matchLabelKeys"].as_array().is_none_or(Vec::is_empty))
         .filter_map(|c| {
             let key = c["topologyKey"].as_str().filter(|k| !k.is_empty())?;
-            let labels = naming::string_map(&c["labelSelector"]["matchLabels"]);
-            let expressions: Vec<Value> = c["labelSelector"]["matchExpressions"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter(|e| {
-                    !e["key"]
-                        .as_str()
-                        .unwrap_or("")
-                        .starts_with(fabrik_api::RESERVED_PREFIX)
-                })
-                .cloned()
-                .collect();
             let mut out = Map::new();
             for f in [
                 "maxSkew",
@@ -954,12 +922,46 @@ pub fn host_spread_constraints(list: &Value, namespace: &str, tenant: &str) -> V
             out.insert("topologyKey".into(), json!(key));
             out.insert(
                 "labelSelector".into(),
-                json!({"matchLabels": host_selector(&labels, namespace, tenant),
-                    "matchExpressions": expressions}),
+                confined_selector(&c["labelSelector"], &[namespace.to_string()], tenant),
             );
             Some(Value::Object(out))
         })
         .collect()
+}
+
+/// A tenant label selector (`matchLabels`, `matchExpressions`) confined to the host copies of
+/// the tenant's pods in `namespaces`: requirements on Fabrik's own keys dropped, the tenant's
+/// label and its namespace label (`In` the namespaces) added.
+pub fn confined_selector(selector: &Value, namespaces: &[String], tenant: &str) -> Value {
+    let mut labels: BTreeMap<String, String> = naming::string_map(&selector["matchLabels"])
+        .into_iter()
+        .filter(|(k, _)| !k.starts_with(fabrik_api::RESERVED_PREFIX))
+        .collect();
+    labels.insert(fabrik_api::LABEL_TENANT.into(), tenant.into());
+    let mut expressions: Vec<Value> = selector["matchExpressions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| {
+            !e["key"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with(fabrik_api::RESERVED_PREFIX)
+        })
+        .cloned()
+        .collect();
+    match namespaces {
+        [one] => {
+            labels.insert(fabrik_api::LABEL_NAMESPACE.into(), one.clone());
+        }
+        many => expressions
+            .push(json!({"key": fabrik_api::LABEL_NAMESPACE, "operator": "In", "values": many})),
+    }
+    let mut out = json!({"matchLabels": labels});
+    if !expressions.is_empty() {
+        out["matchExpressions"] = Value::Array(expressions);
+    }
+    out
 }
 
 /// Labels of host pods that a tenant Service selector `selector` in `namespace` must match.
@@ -1025,14 +1027,12 @@ mod affinity_tests {
             Some(1),
             "namespaceSelector terms dropped"
         );
+        // The tenant's own label dropped; its tenant and (one) namespace required.
         assert_eq!(
             req[0]["labelSelector"]["matchLabels"],
-            json!({"app": "web", "fabrik.dev/tenant": "t1"})
+            json!({"app": "web", "fabrik.dev/tenant": "t1", "fabrik.dev/namespace": "ml"})
         );
-        assert_eq!(
-            req[0]["labelSelector"]["matchExpressions"],
-            json!([{"key": "fabrik.dev/namespace", "operator": "In", "values": ["ml"]}])
-        );
+        assert!(req[0]["labelSelector"]["matchExpressions"].is_null());
         assert_eq!(req[0]["namespaces"], json!(["fabrik-t1"]));
         let pref = &h["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"][0];
         assert_eq!(pref["weight"], 10);

@@ -223,7 +223,18 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
                         reported.remove(&key);
                         bound += 1;
                     }
-                    Err(e) => tracing::warn!(pod = %key, error = %e, "binding failed"),
+                    // Told to the pod (condition and Event) once per different failure, not
+                    // logged every round: a refused claim reservation can last.
+                    Err(e) => {
+                        tracing::debug!(pod = %key, error = %e, "binding failed");
+                        let pod = PodKey {
+                            namespace: &req.namespace,
+                            name: &req.name,
+                            uid: &req.uid,
+                        };
+                        let reason = format!("binding to {} failed: {e}", placement.node);
+                        unschedulable(client, reported, pod, &reason).await
+                    }
                 }
             }
             Outcome::Unschedulable(reason) => {
