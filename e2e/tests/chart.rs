@@ -515,6 +515,18 @@ fn chart_dry_runs_and_installs_on_a_fabrik_host() {
         let sm = home.join("sm-crd.yaml");
         std::fs::write(&sm, SERVICE_MONITOR_CRD)?;
         kc_ok(&k, home, &host, &["apply", "-f", &sm.display().to_string()])?;
+        // As with any API server, a new CRD is served once Established (asynchronously).
+        kc_ok(
+            &k,
+            home,
+            &host,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=75s",
+                "crd/servicemonitors.monitoring.coreos.com",
+            ],
+        )?;
         kc_ok(&k, home, &host, &["create", "namespace", "fabrik-system"])?;
         for (name, extra) in [
             ("default", vec![]),
