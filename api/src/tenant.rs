@@ -107,6 +107,16 @@ pub struct TenantIsolation {
     /// Host IngressClasses the tenant's synced Ingresses may name (none by default).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub ingress_classes: Vec<String>,
+    /// Host Gateways (`namespace/name`) the tenant's synced HTTPRoutes and GRPCRoutes may
+    /// attach to (none by default). A route's `parentRefs` name them as they are on the host;
+    /// the Gateway's listeners must also allow routes from the tenant's host namespace.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gateways: Vec<String>,
+    /// Hostnames the tenant's synced routes may claim on those Gateways; `*.example.com`
+    /// allows every name under `example.com`. A route naming no hostname gets these on the
+    /// host. Empty: whatever the Gateways' listeners accept.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub route_hostnames: Vec<String>,
     /// DNS names the tenant's `ExternalName` Services may point at (none by default). An entry
     /// `*.example.com` allows every name under `example.com`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

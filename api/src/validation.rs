@@ -152,6 +152,26 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
                 ));
             }
         }
+        for (i, g) in iso.gateways.iter().enumerate() {
+            let valid = g.split_once('/').is_some_and(|(ns, name)| {
+                dns1123_label(ns).is_empty() && dns1123_subdomain(name).is_empty()
+            });
+            if !valid {
+                errs.push(SpecError::new(
+                    format!("spec.isolation.gateways[{i}]"),
+                    format!("{g:?}: a host Gateway is named <namespace>/<name>, e.g. gateways/inference"),
+                ));
+            }
+        }
+        for (i, h) in iso.route_hostnames.iter().enumerate() {
+            let bare = h.strip_prefix("*.").unwrap_or(h);
+            if !dns1123_subdomain(bare).is_empty() || bare.parse::<std::net::IpAddr>().is_ok() {
+                errs.push(SpecError::new(
+                    format!("spec.isolation.routeHostnames[{i}]"),
+                    format!("{h:?}: a DNS name, or *.<DNS name> for every name under it"),
+                ));
+            }
+        }
         for (k, v) in &iso.node_selector {
             let mut why = qualified_name(k);
             why.extend(label_value(v));
@@ -228,6 +248,8 @@ mod tests {
                 allow: vec!["hostPath".into()],
                 node_selector: [("pool".to_string(), "a".to_string())].into(),
                 webhook_targets: vec!["hooks.example.com".into(), "10.1.0.0/16".into()],
+                gateways: vec!["gateways/inference".into()],
+                route_hostnames: vec!["*.acme.example.com".into(), "api.example.com".into()],
                 ..Default::default()
             }),
             network: Some(TenantNetwork { segment: Some(42) }),
@@ -254,6 +276,8 @@ mod tests {
                 allow: vec!["root".into()],
                 node_selector: [("bad key!".to_string(), "a".to_string())].into(),
                 webhook_targets: vec!["ok.example.com".into(), "10.0.0.0/40".into()],
+                gateways: vec!["gateways/ok".into(), "no-namespace".into()],
+                route_hostnames: vec!["*.ok.example.com".into(), "10.0.0.1".into(), "a..b".into()],
                 ..Default::default()
             }),
             network: Some(TenantNetwork {
@@ -274,6 +298,9 @@ mod tests {
                 "spec.quota.gpuSharing",
                 "spec.isolation.allow[0]",
                 "spec.isolation.webhookTargets[1]",
+                "spec.isolation.gateways[1]",
+                "spec.isolation.routeHostnames[1]",
+                "spec.isolation.routeHostnames[2]",
                 "spec.isolation.nodeSelector[bad key!]",
                 "spec.network.segment",
                 "spec.sync.extraKinds[0]",

@@ -295,6 +295,10 @@ kind: Tenant
 metadata: {name: team-a}
 spec:
   quota: {gpus: 2, gpuSharing: whole, pods: 10}
+  sync: {extraKinds: [httproutes.gateway.networking.k8s.io]}
+  isolation:
+    gateways: [infra/shared]
+    routeHostnames: ["*.team-a.example.com"]
 "#;
 
 const GPU_POD: &str = r#"apiVersion: v1
@@ -429,12 +433,21 @@ fn scenario(w: &mut World) -> Result<()> {
                 .join("tenants.fabrik.dev.yaml");
             // `create`, not client-side `apply`: the CRD is larger than the annotation limit.
             kc_ok(&k, &admin, &["create", "-f", &crd.display().to_string()])?;
+            // The host's Gateway API (as a platform installs it for its Gateway controller).
+            let gateway_crds = repo_root().join("control-plane/controllers/src/gateway/crds");
+            kc_ok(
+                &k,
+                &admin,
+                &["create", "-f", &gateway_crds.display().to_string()],
+            )?;
             kc_ok(
                 &k,
                 &admin,
                 &[
                     "wait",
                     "crd/tenants.fabrik.dev",
+                    "crd/httproutes.gateway.networking.k8s.io",
+                    "crd/gateways.gateway.networking.k8s.io",
                     "--for=condition=Established",
                     "--timeout=60s",
                 ],
@@ -683,6 +696,11 @@ fn scenario(w: &mut World) -> Result<()> {
     step(
         "4f DRA on a host without resource.k8s.io/v1: a pod with a claim is told why, never run without it",
         || claims_on_an_old_host(&k, &tkc),
+    )?;
+
+    step(
+        "4g Gateway API: a tenant HTTPRoute reaches the host Gateway it may use; the host controller's status comes back",
+        || gateway_routes(&k, &admin, &tkc),
     )?;
 
     step(
@@ -1118,6 +1136,124 @@ fn claims_on_an_old_host(k: &Kubectl, tkc: &Path) -> Result<()> {
         ))
     })?;
     kc_ok(k, tkc, &["delete", "pod", "claimer", "--wait=false"])?;
+    Ok(())
+}
+
+/// Step 4g. No Gateway controller runs on this host: the test writes the host route's status
+/// as one would, and reads it back in the tenant.
+fn gateway_routes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1
+kind: Namespace
+metadata: {name: infra}
+---
+         apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: infra}
+         spec:
+  gatewayClassName: platform
+  listeners:
+  - {name: http, port: 80, protocol: HTTP,          allowedRoutes: {namespaces: {from: All}}}
+",
+    )?;
+    kc_ok(k, admin, &["apply", "-f", &file.display().to_string()])?;
+    poll("the tenant's HTTPRoute CRD", 90, || {
+        seen(
+            k,
+            tkc,
+            &["get", "crd", "httproutes.gateway.networking.k8s.io"],
+        )
+    })?;
+    kc_ok(
+        k,
+        tkc,
+        &[
+            "wait",
+            "crd/httproutes.gateway.networking.k8s.io",
+            "--for=condition=Established",
+            "--timeout=60s",
+        ],
+    )?;
+    let route = dir.path().join("route.yaml");
+    std::fs::write(
+        &route,
+        "apiVersion: v1
+kind: Service
+metadata: {name: llm}
+spec: {selector: {app: llm}, ports: [{port: 8000}]}
+---
+         apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: llm}
+spec:
+           parentRefs: [{name: shared, namespace: infra}]
+  hostnames: [llm.team-a.example.com]
+  rules:
+           - matches: [{headers: [{name: x-model, value: big}]}]
+             backendRefs: [{name: llm, port: 8000, weight: 3}]
+",
+    )?;
+    kc_ok(k, tkc, &["apply", "-f", &route.display().to_string()])?;
+    let hname = fabrik_api::naming::host_name("llm", "default", TENANT);
+    let host_ns = format!("fabrik-{TENANT}");
+    let mut host_route = Value::Null;
+    poll("the host HTTPRoute", 60, || {
+        let out = kc(
+            k,
+            admin,
+            &["get", "httproute", &hname, "-n", &host_ns, "-o", "json"],
+        )?;
+        if !out.status.success() {
+            return Ok((false, String::from_utf8_lossy(&out.stderr).into_owned()));
+        }
+        host_route = serde_json::from_slice(&out.stdout)?;
+        Ok((true, String::new()))
+    })?;
+    let spec = &host_route["spec"];
+    if spec["rules"][0]["backendRefs"][0]["name"] != hname.as_str()
+        || spec["rules"][0]["backendRefs"][0]["weight"] != 3
+        || spec["parentRefs"][0]["namespace"] != "infra"
+        || spec["rules"][0]["matches"][0]["headers"][0]["name"] != "x-model"
+    {
+        bail!("the host route is not the tenant's, rewritten: {host_route}");
+    }
+    let status = serde_json::json!({"status": {"parents": [{
+        "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                      "namespace": "infra", "name": "shared"},
+        "controllerName": "example.com/platform-gateway",
+        "conditions": [{"type": "Accepted", "status": "True", "reason": "Accepted",
+            "message": "", "observedGeneration": 1,
+            "lastTransitionTime": "2026-01-01T00:00:00Z"}]
+    }]}});
+    kc_ok(
+        k,
+        admin,
+        &[
+            "patch",
+            "httproute",
+            &hname,
+            "-n",
+            &host_ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ],
+    )?;
+    poll("the host controller's verdict in the tenant", 60, || {
+        let r = get_json(k, tkc, &["get", "httproute", "llm"])?;
+        let ok = r["status"]["parents"].as_array().is_some_and(|ps| {
+            ps.iter().any(|p| {
+                p["controllerName"] == "example.com/platform-gateway"
+                    && p["parentRef"] == serde_json::json!({"name": "shared", "namespace": "infra"})
+            })
+        });
+        Ok((ok, r["status"].to_string()))
+    })?;
+    kc_ok(k, tkc, &["delete", "httproute", "llm"])?;
     Ok(())
 }
 

@@ -31,6 +31,11 @@ pub fn checks(group: &str, plural: &str, policy: &Policy) -> bool {
         ("", "pods" | "services" | "endpoints") | ("discovery.k8s.io", "endpointslices")
     ) || template_path(group, plural).is_some()
         || (group == "networking.k8s.io" && plural == "ingresses" && policy.sync_ingresses)
+        || (group == crate::routes::GROUP
+            && policy
+                .synced_routes
+                .iter()
+                .any(|k| k.api_resource().plural == plural))
 }
 
 /// Where a workload kind keeps the pod template its controller creates pods from.
@@ -111,6 +116,9 @@ pub fn check_with_pods(
         ("", "endpoints") => check_endpoints(obj, pod_ips),
         ("discovery.k8s.io", "endpointslices") => check_endpoint_slice(obj, pod_ips),
         ("networking.k8s.io", "ingresses") => crate::ingresses::check_ingress(obj, policy),
+        (crate::routes::GROUP, "httproutes" | "grpcroutes") => {
+            crate::routes::check_route(obj, policy)
+        }
         _ => match template_path(group, plural) {
             Some(path) => check_template(path, obj, old, policy),
             None => Ok(()),

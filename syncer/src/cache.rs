@@ -110,10 +110,13 @@ impl Cache {
 }
 
 /// Feeds `cache` from a watcher stream until it ends, calling `changed` with every object
-/// stored or removed (after the cache is updated).
+/// stored or removed (after the cache is updated). For an `optional` kind, a source that does
+/// not serve it (404) or may not list it (403) makes the cache ready and unavailable (empty)
+/// while the watch keeps trying.
 pub async fn feed(
     cache: Arc<Cache>,
     stream: impl Stream<Item = Result<watcher::Event<DynamicObject>, watcher::Error>>,
+    optional: bool,
     changed: impl Fn(&Value),
 ) {
     let mut stream = std::pin::pin!(stream);
@@ -142,10 +145,20 @@ pub async fn feed(
                 let listed = std::mem::take(&mut relist);
                 let now: Vec<Arc<Value>> = listed.values().cloned().collect();
                 let gone = cache.replace(listed);
+                cache.set_unavailable(false);
                 cache.set_ready();
                 for v in now.iter().chain(gone.iter()) {
                     changed(v);
                 }
+            }
+            Err(watcher::Error::InitialListFailed(kube::Error::Api(s)))
+                if optional && (s.code == 404 || s.code == 403) =>
+            {
+                if !cache.is_unavailable() || !cache.is_ready() {
+                    tracing::debug!(code = s.code, "kind not served here; its cache stays empty");
+                }
+                cache.set_unavailable(true);
+                cache.set_ready();
             }
             Err(e) => tracing::debug!(error = %e, "watch failed; retrying"),
         }

@@ -32,6 +32,13 @@ pub enum Kind {
     PodDisruptionBudget,
     /// resource.k8s.io/v1 DeviceClass (up, mirrored read-only).
     DeviceClass,
+    /// gateway.networking.k8s.io/v1 HTTPRoute (down; status up) — an extra kind.
+    HttpRoute,
+    /// gateway.networking.k8s.io/v1 GRPCRoute (down; status up) — an extra kind.
+    GrpcRoute,
+    /// gateway.networking.k8s.io/v1beta1 ReferenceGrant (watched in the tenant only, while
+    /// routes are synced: it decides which cross-namespace backends a route may name).
+    ReferenceGrant,
 }
 
 impl Kind {
@@ -67,11 +74,23 @@ impl Kind {
     /// The host kinds that may not be served (`resource.k8s.io/v1` before Kubernetes 1.34):
     /// such a host has none of them, and what needs them waits.
     pub fn optional(self) -> bool {
-        matches!(self, Kind::ResourceClaim | Kind::DeviceClass)
+        matches!(
+            self,
+            Kind::ResourceClaim
+                | Kind::DeviceClass
+                | Kind::HttpRoute
+                | Kind::GrpcRoute
+                | Kind::ReferenceGrant
+        )
     }
 
     /// The kinds a Tenant may add to the synced set (`spec.sync.extraKinds`).
-    pub const EXTRA: [Kind; 1] = [Kind::Ingress];
+    pub const EXTRA: [Kind; 3] = [Kind::Ingress, Kind::HttpRoute, Kind::GrpcRoute];
+
+    /// Whether the kind is a Gateway API route.
+    pub fn is_route(self) -> bool {
+        matches!(self, Kind::HttpRoute | Kind::GrpcRoute)
+    }
 
     /// The extra kind a Tenant's `spec.sync.extraKinds` entry (`<resource>.<group>`) names.
     pub fn from_extra_name(name: &str) -> Option<Kind> {
@@ -91,6 +110,14 @@ impl Kind {
     /// The API resource of the kind.
     pub fn api_resource(self) -> ApiResource {
         let (group, kind, plural) = match self {
+            Kind::HttpRoute => (crate::routes::GROUP, "HTTPRoute", "httproutes"),
+            Kind::GrpcRoute => (crate::routes::GROUP, "GRPCRoute", "grpcroutes"),
+            Kind::ReferenceGrant => {
+                return ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk(crate::routes::GROUP, "v1beta1", "ReferenceGrant"),
+                    "referencegrants",
+                )
+            }
             Kind::Pod => ("", "Pod", "pods"),
             Kind::Service => ("", "Service", "services"),
             Kind::Endpoints => ("", "Endpoints", "endpoints"),

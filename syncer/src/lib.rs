@@ -33,7 +33,7 @@
 //! # Not done here
 //!
 //! Proxying logs / exec / attach / port-forward and quota checks (the tenant manager); extra
-//! kinds other than Ingress ([`kinds::Kind::EXTRA`]).
+//! kinds other than Ingress and the Gateway API routes ([`kinds::Kind::EXTRA`]).
 //!
 //! # Service account tokens and the tenant API
 //!
@@ -64,6 +64,7 @@ pub mod policy;
 pub mod queue;
 pub mod reconcile;
 pub mod retry;
+pub mod routes;
 pub mod service_ips;
 pub mod services;
 pub mod tokens;
@@ -172,10 +173,33 @@ pub async fn run_with(
         .copied()
         .filter(|k| Kind::EXTRA.contains(k))
         .collect();
+    let syncs_routes = extra.iter().any(|k| k.is_route());
+    if syncs_routes {
+        // Until the tenant has them all (the host may be given the Gateway API later).
+        let (host, tenant) = (host.client(), tenant.clone());
+        let name = sync.tenant.clone();
+        tasks.spawn(async move {
+            let mut said = None;
+            loop {
+                match routes::ensure_tenant_crds(&host, &tenant).await {
+                    Ok(true) => return,
+                    Ok(false) => {}
+                    Err(e) if said.as_ref() != Some(&e) => {
+                        tracing::warn!(tenant = %name, error = %e,
+                            "cannot give the tenant the host's Gateway API CRDs; trying again");
+                        said = Some(e);
+                    }
+                    Err(_) => {}
+                }
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+        });
+    }
     for kind in Kind::DOWN
         .into_iter()
         .chain([Kind::Node, Kind::DeviceClass])
         .chain(extra.iter().copied())
+        .chain(syncs_routes.then_some(Kind::ReferenceGrant))
     {
         let cache = Arc::new(Cache::default());
         tenant_caches.insert(kind, cache.clone());
@@ -190,7 +214,7 @@ pub async fn run_with(
         };
         let q = queue.clone();
         let stream = watcher(api, config).default_backoff();
-        tasks.spawn(cache::feed(cache, stream, move |v| {
+        tasks.spawn(cache::feed(cache, stream, kind.optional(), move |v| {
             enqueue_tenant(&q, kind, v)
         }));
     }
@@ -271,11 +295,21 @@ async fn work(ctx: Arc<reconcile::Context>, queue: Arc<Queue>) {
     resync_all(&ctx, &queue);
     let mut resync = tokio::time::interval(RESYNC);
     resync.tick().await;
+    let syncs_routes = ctx.tenant_caches.contains_key(&Kind::ReferenceGrant);
     let retries = Arc::new(retry::Retries::default());
     loop {
         let batch = tokio::select! {
             b = queue.take(BATCH) => b,
             _ = resync.tick() => {
+                if syncs_routes {
+                    // A tenant that deleted them gets them back.
+                    if let Err(e) =
+                        routes::ensure_tenant_crds(&ctx.host_client, &ctx.tenant_client).await
+                    {
+                        tracing::debug!(tenant = %ctx.tenant, error = %e,
+                            "cannot give the tenant the host's Gateway API CRDs");
+                    }
+                }
                 resync_all(&ctx, &queue);
                 continue;
             }

@@ -55,6 +55,13 @@ pub struct Policy {
     /// Host IngressClasses the tenant's synced Ingresses may name (none by default). An Ingress
     /// without a class gets the first one on the host.
     pub ingress_classes: Vec<String>,
+    /// The Gateway API route kinds synced to the host ([`Kind::HttpRoute`],
+    /// [`Kind::GrpcRoute`]); their routes are then checked at admission.
+    pub synced_routes: Vec<crate::kinds::Kind>,
+    /// Host Gateways (`namespace/name`) synced routes may attach to (none by default).
+    pub gateways: Vec<String>,
+    /// Hostnames synced routes may claim (`*.example.com`: every name under it); empty: any.
+    pub route_hostnames: Vec<String>,
     /// DNS names `ExternalName` Services may point at (none by default); `*.example.com`
     /// allows every name under `example.com`.
     pub external_names: Vec<String>,
@@ -130,6 +137,36 @@ impl Policy {
         })
     }
 
+    /// Whether a synced route may attach to host Gateway `namespace/name`.
+    pub fn allows_gateway(&self, namespace: &str, name: &str) -> bool {
+        self.gateways
+            .iter()
+            .any(|g| g.split_once('/') == Some((namespace, name)))
+    }
+
+    /// Whether a synced route may claim `hostname` (itself `*.`-prefixed for a wildcard): any
+    /// when no list is set; else one equal to an entry, or under an entry `*.<domain>`.
+    pub fn allows_route_hostname(&self, hostname: &str) -> bool {
+        if self.route_hostnames.is_empty() {
+            return true;
+        }
+        let hostname = normal_dns_name(hostname);
+        let bare = hostname.strip_prefix("*.").unwrap_or(&hostname);
+        self.route_hostnames.iter().any(|allowed| {
+            let allowed = normal_dns_name(allowed);
+            match allowed.strip_prefix("*.") {
+                Some(domain) => {
+                    hostname == allowed
+                        || (!domain.is_empty()
+                            && bare
+                                .strip_suffix(domain)
+                                .is_some_and(|head| head.len() > 1 && head.ends_with('.')))
+                }
+                None => hostname == allowed,
+            }
+        })
+    }
+
     /// Whether a synced Ingress may name host IngressClass `class`.
     pub fn allows_ingress_class(&self, class: &str) -> bool {
         self.ingress_classes.iter().any(|c| c == class)
@@ -144,6 +181,39 @@ pub fn normal_dns_name(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn route_hostnames_match_exactly_or_under_a_wildcard() {
+        let p = Policy {
+            route_hostnames: vec!["*.acme.example.com".into(), "api.example.com".into()],
+            ..Default::default()
+        };
+        for ok in [
+            "llm.acme.example.com",
+            "a.b.acme.example.com",
+            "*.acme.example.com",
+            "*.team.acme.example.com",
+            "api.example.com",
+        ] {
+            assert!(p.allows_route_hostname(ok), "{ok}");
+        }
+        for no in [
+            "acme.example.com",
+            "*.example.com",
+            "xacme.example.com",
+            "www.example.com",
+            "*.api.example.com",
+        ] {
+            assert!(!p.allows_route_hostname(no), "{no}");
+        }
+        assert!(Policy::default().allows_route_hostname("any.example.org"));
+        let g = Policy {
+            gateways: vec!["infra/shared".into()],
+            ..Default::default()
+        };
+        assert!(g.allows_gateway("infra", "shared"));
+        assert!(!g.allows_gateway("infra", "other") && !g.allows_gateway("default", "shared"));
+    }
 
     #[test]
     fn external_names_match_exactly_or_under_a_wildcard() {

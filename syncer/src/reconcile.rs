@@ -15,8 +15,8 @@ use crate::migrate::Strays;
 use crate::policy::Policy;
 use crate::queue::{Key, Queue};
 use crate::{
-    addresses, claims, events, ingresses, naming, nodes, objects, pods, service_ips, services,
-    tokens,
+    addresses, claims, events, ingresses, naming, nodes, objects, pods, routes, service_ips,
+    services, tokens,
 };
 
 /// Errors of one reconcile step (the step is retried).
@@ -106,6 +106,13 @@ impl Context {
 
     fn hcache(&self, kind: Kind) -> Option<&Arc<Cache>> {
         self.host_caches.get(&kind)
+    }
+
+    /// The tenant's ReferenceGrants (none while its routes are not synced).
+    fn grants(&self) -> Vec<Arc<Value>> {
+        self.tcache(Kind::ReferenceGrant)
+            .map(|c| c.list())
+            .unwrap_or_default()
     }
 
     fn host_api(&self, kind: Kind) -> Api<DynamicObject> {
@@ -286,8 +293,24 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
         Kind::Node => node(ctx, &key.name).await,
         Kind::DeviceClass => device_class(ctx, &key.name).await,
         Kind::Event => event(ctx, &key.namespace, &key.name).await,
-        kind @ (Kind::Endpoints | Kind::EndpointSlice | Kind::Ingress) => {
-            partial(ctx, kind, &key.namespace, &key.name).await
+        kind @ (Kind::Endpoints
+        | Kind::EndpointSlice
+        | Kind::Ingress
+        | Kind::HttpRoute
+        | Kind::GrpcRoute) => partial(ctx, kind, &key.namespace, &key.name).await,
+        Kind::ReferenceGrant => {
+            // What a grant allows is read when routes are built: look at them all again.
+            for kind in [Kind::HttpRoute, Kind::GrpcRoute] {
+                for r in ctx.tcache(kind).map(|c| c.list()).unwrap_or_default() {
+                    let (namespace, name) = crate::cache::key_of(&r);
+                    ctx.queue.push(Key {
+                        kind,
+                        namespace,
+                        name,
+                    });
+                }
+            }
+            Ok(())
         }
         kind => simple(ctx, kind, &key.namespace, &key.name).await,
     }
@@ -309,11 +332,14 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         )),
         Kind::Endpoints | Kind::EndpointSlice => address_copy(ctx, kind, obj)?.object,
         Kind::Ingress => ingresses::host_ingress(obj, t, &ctx.policy),
+        Kind::HttpRoute | Kind::GrpcRoute => {
+            routes::host_route(kind, obj, t, &ctx.policy, &ctx.grants()).object
+        }
         // A tenant that may not use devices (no DeviceClass is mirrored to it) gets none.
         Kind::ResourceClaim if ctx.policy.device_classes => Some(claims::host_claim(obj, t)),
         Kind::ResourceClaim => None,
         Kind::PodDisruptionBudget => Some(objects::host_pdb(obj, t)),
-        Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass => None,
+        Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass | Kind::ReferenceGrant => None,
     }
 }
 
@@ -432,6 +458,15 @@ fn refusal(ctx: &Context, kind: Kind, obj: &Value) -> Option<(&'static str, Stri
                     refused.join(", ")
                 ),
             ))
+        }
+        Kind::HttpRoute | Kind::GrpcRoute => {
+            let built = routes::host_route(kind, obj, &ctx.tenant, &ctx.policy, &ctx.grants());
+            (!built.refused.is_empty()).then(|| {
+                (
+                    routes::REASON_REFUSED,
+                    format!("not copied to the host: {}", built.refused.join("; ")),
+                )
+            })
         }
         Kind::Ingress => ingresses::ingress_class(obj, &ctx.policy).err().map(|why| {
             (
@@ -581,6 +616,10 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
                 Kind::Service => services::tenant_service_status(h),
                 Kind::PersistentVolumeClaim => objects::tenant_pvc_status(h),
                 Kind::Ingress => ingresses::tenant_ingress_status(h),
+                Kind::HttpRoute | Kind::GrpcRoute => match tobj.as_deref() {
+                    Some(t) => routes::tenant_route_status(t, h, &ctx.policy),
+                    None => return Ok(()),
+                },
                 Kind::PodDisruptionBudget => objects::tenant_pdb_status(h),
                 _ => return Ok(()),
             };

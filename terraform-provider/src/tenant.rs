@@ -191,6 +191,8 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             ingress_classes: string_list(i.get("ingress_classes")),
             external_names: string_list(i.get("external_names")),
             webhook_targets: string_list(i.get("webhook_targets")),
+            gateways: string_list(i.get("gateways")),
+            route_hostnames: string_list(i.get("route_hostnames")),
         }),
         network: object("network").map(|n| TenantNetwork {
             segment: opt_int(n.get("segment")),
@@ -259,6 +261,8 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
                     ("ingress_classes", Value::strings(&i.ingress_classes)),
                     ("external_names", Value::strings(&i.external_names)),
                     ("webhook_targets", Value::strings(&i.webhook_targets)),
+                    ("gateways", Value::strings(&i.gateways)),
+                    ("route_hostnames", Value::strings(&i.route_hostnames)),
                 ])
             })
             .unwrap_or(Value::Null),
@@ -437,6 +441,8 @@ mod tests {
                 ingress_classes: vec!["public".into()],
                 external_names: vec!["*.example.com".into()],
                 webhook_targets: vec!["hooks.example.com".into()],
+                gateways: vec!["infra/shared".into()],
+                route_hostnames: vec!["*.ml.example.com".into()],
             }),
             network: Some(TenantNetwork { segment: Some(7) }),
             sync: None,
@@ -470,6 +476,8 @@ mod tests {
                     ("ingress_classes", Value::Null),
                     ("external_names", Value::Null),
                     ("webhook_targets", Value::Null),
+                    ("gateways", Value::Null),
+                    ("route_hostnames", Value::Null),
                 ]),
             ),
         ]);

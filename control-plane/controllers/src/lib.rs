@@ -18,6 +18,8 @@
 //!    ├── endpoints    Service + Pods → Endpoints, EndpointSlices
 //!    ├── kubernetes_service   the `kubernetes` Service in `default` (with Config::api_service)
 //!    ├── root_ca      `kube-root-ca.crt` in every namespace (with Config::root_ca_pem)
+//!    ├── loadbalancer addresses of LoadBalancer Services (with Config::load_balancer_pool)
+//!    ├── gateway      a simulated Gateway API implementation (with Config::load_balancer_pool)
 //!    └── serviceaccount   a `default` ServiceAccount in every namespace
 //! ```
 //!
@@ -39,6 +41,7 @@ pub mod daemonset;
 pub mod deployment;
 pub mod endpoints;
 pub mod events;
+pub mod gateway;
 pub mod gc;
 pub mod hpa;
 pub mod job;
@@ -67,7 +70,8 @@ pub struct Config {
     /// `kube-root-ca.crt` in every namespace; without it no ConfigMap is published.
     pub root_ca_pem: Option<String>,
     /// Addresses for `type: LoadBalancer` Services, for a cluster with no load balancer of its
-    /// own (`fabrik up`'s host); without it none are assigned.
+    /// own (`fabrik up`'s host); without it none are assigned. With it, the simulated Gateway
+    /// API implementation ([`gateway`]) runs too: both stand in for what a cloud provides.
     pub load_balancer_pool: Option<loadbalancer::Pool>,
     /// What the resourceclaim controller does besides making claims from templates.
     pub claims: resourceclaim::Config,
@@ -142,11 +146,20 @@ pub async fn run_with(
             }
         }
     };
+    let simulated_gateway = config.load_balancer_pool.is_some();
     let load_balancers = {
         let (client, shutdown) = (client.clone(), shutdown.clone());
         async move {
             if let Some(pool) = config.load_balancer_pool {
                 loadbalancer::run(client, pool, shutdown).await;
+            }
+        }
+    };
+    let gateways = {
+        let (client, shutdown) = (client.clone(), shutdown.clone());
+        async move {
+            if simulated_gateway {
+                gateway::run(client, shutdown).await;
             }
         }
     };
@@ -173,6 +186,7 @@ pub async fn run_with(
         Box::pin(api_service),
         Box::pin(root_ca),
         Box::pin(load_balancers),
+        Box::pin(gateways),
         Box::pin(serviceaccount::run(client, shutdown)),
     ];
     let handles: Vec<tokio::task::JoinHandle<()>> = tasks.into_iter().map(tokio::spawn).collect();

@@ -810,6 +810,13 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
             .0
             .contains(&syncer::kinds::Kind::Ingress),
         ingress_classes: iso.ingress_classes.clone(),
+        synced_routes: extra_kinds(tenant)
+            .0
+            .into_iter()
+            .filter(|k| k.is_route())
+            .collect(),
+        gateways: iso.gateways.clone(),
+        route_hostnames: iso.route_hostnames.clone(),
         external_names: iso.external_names.clone(),
         api_address: None,
         device_classes: tenant.spec.quota.as_ref().and_then(|q| q.gpus) != Some(0),
