@@ -1139,26 +1139,41 @@ fn claims_on_an_old_host(k: &Kubectl, tkc: &Path) -> Result<()> {
     Ok(())
 }
 
+const HOST_GATEWAY: &str = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: infra}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: infra}
+spec:
+  gatewayClassName: platform
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+"#;
+
+const TENANT_ROUTE: &str = r#"apiVersion: v1
+kind: Service
+metadata: {name: llm}
+spec: {selector: {app: llm}, ports: [{port: 8000}]}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: llm}
+spec:
+  parentRefs: [{name: shared, namespace: infra}]
+  hostnames: [llm.team-a.example.com]
+  rules:
+  - matches: [{headers: [{name: x-model, value: big}]}]
+    backendRefs: [{name: llm, port: 8000, weight: 3}]
+"#;
+
 /// Step 4g. No Gateway controller runs on this host: the test writes the host route's status
 /// as one would, and reads it back in the tenant.
 fn gateway_routes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("gateway.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1
-kind: Namespace
-metadata: {name: infra}
----
-         apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: infra}
-         spec:
-  gatewayClassName: platform
-  listeners:
-  - {name: http, port: 80, protocol: HTTP,          allowedRoutes: {namespaces: {from: All}}}
-",
-    )?;
+    std::fs::write(&file, HOST_GATEWAY)?;
     kc_ok(k, admin, &["apply", "-f", &file.display().to_string()])?;
     poll("the tenant's HTTPRoute CRD", 90, || {
         seen(
@@ -1178,24 +1193,7 @@ metadata: {name: shared, namespace: infra}
         ],
     )?;
     let route = dir.path().join("route.yaml");
-    std::fs::write(
-        &route,
-        "apiVersion: v1
-kind: Service
-metadata: {name: llm}
-spec: {selector: {app: llm}, ports: [{port: 8000}]}
----
-         apiVersion: gateway.networking.k8s.io/v1
-kind: HTTPRoute
-metadata: {name: llm}
-spec:
-           parentRefs: [{name: shared, namespace: infra}]
-  hostnames: [llm.team-a.example.com]
-  rules:
-           - matches: [{headers: [{name: x-model, value: big}]}]
-             backendRefs: [{name: llm, port: 8000, weight: 3}]
-",
-    )?;
+    std::fs::write(&route, TENANT_ROUTE)?;
     kc_ok(k, tkc, &["apply", "-f", &route.display().to_string()])?;
     let hname = fabrik_api::naming::host_name("llm", "default", TENANT);
     let host_ns = format!("fabrik-{TENANT}");
@@ -1248,7 +1246,8 @@ spec:
         let ok = r["status"]["parents"].as_array().is_some_and(|ps| {
             ps.iter().any(|p| {
                 p["controllerName"] == "example.com/platform-gateway"
-                    && p["parentRef"] == serde_json::json!({"name": "shared", "namespace": "infra"})
+                    && p["parentRef"]["name"] == "shared"
+                    && p["parentRef"]["namespace"] == "infra"
             })
         });
         Ok((ok, r["status"].to_string()))
