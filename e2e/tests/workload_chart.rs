@@ -1,7 +1,8 @@
 //! A training-platform chart of the workload kinds a tenant needs — a GPU Deployment with a
 //! PodDisruptionBudget and an autoscaler, a DaemonSet, a pre-install hook Job (Indexed, with a
 //! pod failure policy), a ResourceClaimTemplate and a Deployment whose pods claim a GPU, and a
-//! `helm test` pod with an init container and a sidecar — installed into tenants with real
+//! `helm test` pod with an init container and a sidecar, an HTTPRoute through the host's Gateway
+//! — installed into tenants with real
 //! Helm 3 and Helm 4: `install --wait` (the hook Job completes, every workload turns ready),
 //! `helm test` passes, and `helm uninstall` leaves nothing of the release in the tenant or on
 //! the host.
@@ -49,6 +50,25 @@ spec:
   metrics:
   - type: Resource
     resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+"#,
+    ),
+    (
+        "templates/route.yaml",
+        r#"apiVersion: v1
+kind: Service
+metadata: {name: "{{ .Release.Name }}-serve"}
+spec:
+  selector: {app: "{{ .Release.Name }}-serve"}
+  ports: [{port: 8000}]
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: HTTPRoute
+metadata: {name: "{{ .Release.Name }}-route"}
+spec:
+  parentRefs: [{name: shared, namespace: infra}]
+  rules:
+  - matches: [{headers: [{name: x-model, value: big}]}]
+    backendRefs: [{name: "{{ .Release.Name }}-serve", port: 8000}]
 "#,
     ),
     (
@@ -133,6 +153,20 @@ spec:
     ),
 ];
 
+/// The host's shared Gateway (of `fabrik up`'s simulated class) the tenants may use.
+const HOST_GATEWAY: &str = r#"apiVersion: v1
+kind: Namespace
+metadata: {name: infra}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: shared, namespace: infra}
+spec:
+  gatewayClassName: fabrik
+  listeners:
+  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+"#;
+
 fn write_chart(dir: &Path) -> Result<PathBuf> {
     let chart = dir.join("trainer-platform");
     e2e::write_files(&chart, CHART)?;
@@ -146,7 +180,7 @@ fn tenant_leftovers(k: &Kubectl, cfg: &Path, rel: &str) -> Result<Vec<String>> {
         cfg,
         &[
             "get",
-            "deployments,replicasets,daemonsets,jobs,pods,poddisruptionbudgets,horizontalpodautoscalers,resourceclaims,resourceclaimtemplates",
+            "deployments,replicasets,daemonsets,jobs,pods,poddisruptionbudgets,horizontalpodautoscalers,resourceclaims,resourceclaimtemplates,services,httproutes",
             "-o",
             "name",
         ],
@@ -159,21 +193,26 @@ fn tenant_leftovers(k: &Kubectl, cfg: &Path, rel: &str) -> Result<Vec<String>> {
 }
 
 /// What is left in the tenant's host namespace, as `kind/name` lines.
-fn host_leftovers(k: &Kubectl, host: &Path, tenant: &str) -> Result<Vec<String>> {
+fn host_leftovers(k: &Kubectl, host: &Path, tenant: &str, rel: &str) -> Result<Vec<String>> {
     let ns = format!("fabrik-{tenant}");
     let names = kc_ok(
         k,
         host,
         &[
             "get",
-            "pods,poddisruptionbudgets,resourceclaims",
+            "pods,poddisruptionbudgets,resourceclaims,services,httproutes",
             "-n",
             &ns,
             "-o",
             "name",
         ],
     )?;
-    Ok(names.lines().map(str::to_string).collect())
+    // Services of the tenant's own (not the release's) may have copies there.
+    Ok(names
+        .lines()
+        .filter(|l| !l.starts_with("service/") || l.contains(rel))
+        .map(str::to_string)
+        .collect())
 }
 
 #[test]
@@ -185,10 +224,58 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
     let host = f.kubeconfig();
     let chart = write_chart(&f.data_dir()).expect("chart");
     let chart_path = chart.display().to_string();
+    // The simulated Gateway controller serves the Gateway API a moment after start.
+    e2e::poll_until(
+        "the host's Gateway API",
+        std::time::Duration::from_secs(60),
+        || {
+            Ok(e2e::kc(k, &host, &["get", "gateways", "-A"])?
+                .status
+                .success())
+        },
+    )
+    .expect("the host's Gateway API");
+    e2e::kc_apply_ok(k, &host, HOST_GATEWAY).expect("the host's Gateway");
     for h in hs {
         let run = || -> Result<()> {
             let tenant = format!("platform{}", h.major);
             let cfg = f.create_tenant(&tenant, &["--gpus", "4"])?;
+            // Its routes synced, through the host's shared Gateway.
+            kc_ok(
+                k,
+                &host,
+                &[
+                    "patch",
+                    "tenant",
+                    &tenant,
+                    "--type=merge",
+                    "-p",
+                    r#"{"spec":{"sync":{"extraKinds":["httproutes.gateway.networking.k8s.io"]},"isolation":{"gateways":["infra/shared"]}}}"#,
+                ],
+            )?;
+            e2e::poll_until(
+                "the tenant's HTTPRoute CRD",
+                std::time::Duration::from_secs(60),
+                || {
+                    Ok(e2e::kc(
+                        k,
+                        &cfg,
+                        &["get", "crd", "httproutes.gateway.networking.k8s.io"],
+                    )?
+                    .status
+                    .success())
+                },
+            )?;
+            kc_ok(
+                k,
+                &cfg,
+                &[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "crd/httproutes.gateway.networking.k8s.io",
+                ],
+            )?;
             let home = f.data_dir().join(format!("helm{}", h.major));
             std::fs::create_dir_all(&home)?;
             let rel = format!("train{}", h.major);
@@ -219,6 +306,25 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
             if !claims.contains("allocated,reserved") {
                 bail!("claims: {claims}");
             }
+            // The route reached the host Gateway and was accepted there.
+            e2e::poll_until(
+                "the release's route Accepted by the host Gateway",
+                std::time::Duration::from_secs(60),
+                || {
+                    let status = kc_ok(
+                        k,
+                        &cfg,
+                        &[
+                            "get",
+                            "httproute",
+                            &format!("{rel}-route"),
+                            "-o",
+                            r#"jsonpath={.status.parents[*].conditions[?(@.type=="Accepted")].status}"#,
+                        ],
+                    )?;
+                    Ok(status == "True")
+                },
+            )?;
             let out = h.run_ok(&home, &cfg, &["test", &rel, "--timeout", "90s"])?;
             if !out.contains("Phase:          Succeeded") && !out.contains("Succeeded") {
                 bail!("helm test: {out}");
@@ -233,13 +339,13 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
                 std::time::Duration::from_secs(90),
                 || {
                     let here = tenant_leftovers(k, &cfg, &rel)?;
-                    let there = host_leftovers(k, &host, &tenant)?;
+                    let there = host_leftovers(k, &host, &tenant, &rel)?;
                     Ok(here.is_empty() && there.is_empty())
                 },
             )
             .map_err(|e| {
                 let here = tenant_leftovers(k, &cfg, &rel).unwrap_or_default();
-                let there = host_leftovers(k, &host, &tenant).unwrap_or_default();
+                let there = host_leftovers(k, &host, &tenant, &rel).unwrap_or_default();
                 anyhow::anyhow!("{e}: tenant {here:?}, host {there:?}")
             })?;
             Ok(())
