@@ -143,3 +143,7 @@ pub const HOST_NAMESPACE_PREFIX: &str = "fabrik-";
 
 /// The extended resource tenants request GPUs with (and the one whole GPUs are on the host).
 pub const RESOURCE_GPU: &str = "nvidia.com/gpu";
+
+/// The extended resource of time-sliced (and shared) GPU replicas, as NVIDIA's device plugin
+/// names them when it renames them (`renameByDefault`): never counted as a whole GPU.
+pub const RESOURCE_GPU_SHARED: &str = "nvidia.com/gpu.shared";

@@ -64,10 +64,18 @@ pub struct TenantQuota {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub gpus: Option<i64>,
-    /// `whole`, `mig:<profile>` (e.g. `mig:1g.18gb`) or `share:<memory MiB>,<compute %>`.
+    /// What the tenant's `nvidia.com/gpu` is: `whole`, `mig:<profile>` (e.g. `mig:1g.18gb`),
+    /// `share:<memory MiB>,<compute %>` or `timeslice` (a time-sliced replica).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(pattern(GPU_SHARING_PATTERN))]
     pub gpu_sharing: Option<String>,
+    /// Further GPU kinds the tenant's pods may request by NVIDIA's names, in the same syntax:
+    /// `whole` as `nvidia.com/gpu`, `mig:1g.18gb` as `nvidia.com/mig-1g.18gb`, `share:…` or
+    /// `timeslice` as `nvidia.com/gpu.shared` (one of the two). `gpus` counts every device
+    /// of every kind.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(inner(pattern(GPU_SHARING_PATTERN)))]
+    pub gpu_types: Vec<String>,
     /// `NodePort` (and `LoadBalancer`, which holds node ports too) Services the tenant may have
     /// (`services.nodeports`; host node ports are shared by every tenant). 0 when unset.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -304,6 +312,9 @@ pub enum GpuSharingMode {
         /// Compute of one share, 1 to 100 percent.
         compute_pct: u8,
     },
+    /// `timeslice`: a time-sliced replica of a GPU (no memory or fault isolation) per
+    /// requested GPU.
+    TimeSlice,
 }
 
 impl GpuSharingMode {
@@ -311,6 +322,9 @@ impl GpuSharingMode {
     pub fn parse(mode: &str) -> Result<GpuSharingMode, String> {
         if mode == "whole" {
             return Ok(GpuSharingMode::Whole);
+        }
+        if mode == "timeslice" {
+            return Ok(GpuSharingMode::TimeSlice);
         }
         if let Some(profile) = mode.strip_prefix("mig:") {
             let parsed = profile.split_once('.').and_then(|(slices, memory)| {
@@ -343,15 +357,32 @@ impl GpuSharingMode {
             });
         }
         Err(format!(
-            "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb) or share:<memory MiB>,<compute %>"
+            "{mode:?}: use whole, mig:<profile> (e.g. mig:1g.18gb), share:<memory MiB>,<compute %> or timeslice"
         ))
+    }
+}
+
+impl GpuSharingMode {
+    /// The resource name a tenant's pods request this kind of GPU by, as NVIDIA's device
+    /// plugin names it: `nvidia.com/gpu`, `nvidia.com/mig-<profile>`, and
+    /// `nvidia.com/gpu.shared` for shared and time-sliced GPUs (its `renameByDefault` name).
+    pub fn tenant_resource(&self) -> String {
+        match self {
+            GpuSharingMode::Whole => crate::RESOURCE_GPU.to_string(),
+            GpuSharingMode::Mig { slices, memory_gb } => {
+                format!("nvidia.com/mig-{slices}g.{memory_gb}gb")
+            }
+            GpuSharingMode::Share { .. } | GpuSharingMode::TimeSlice => {
+                crate::RESOURCE_GPU_SHARED.to_string()
+            }
+        }
     }
 }
 
 /// `spec.quota.gpuSharing` as the Tenant CRD's schema checks it: exactly the values
 /// [`GpuSharingMode::parse`] accepts.
 pub const GPU_SHARING_PATTERN: &str =
-    r"^(whole|mig:[1-7]g\.[1-9][0-9]{0,5}gb|share:[1-9][0-9]{0,8},([1-9][0-9]?|100))$";
+    r"^(whole|timeslice|mig:[1-7]g\.[1-9][0-9]{0,5}gb|share:[1-9][0-9]{0,8},([1-9][0-9]?|100))$";
 
 /// A non-negative quantity (`16`, `500m`, `64Gi`, `1e3`): upstream's quantity syntax without a
 /// minus sign, for the Tenant CRD's schema.
@@ -391,6 +422,10 @@ mod gpu_sharing_tests {
     #[test]
     fn gpu_sharing_modes_parse_once_for_everyone() {
         assert_eq!(GpuSharingMode::parse("whole"), Ok(GpuSharingMode::Whole));
+        assert_eq!(
+            GpuSharingMode::parse("timeslice"),
+            Ok(GpuSharingMode::TimeSlice)
+        );
         assert_eq!(
             GpuSharingMode::parse("mig:1g.18gb"),
             Ok(GpuSharingMode::Mig {
@@ -440,10 +475,20 @@ mod gpu_sharing_tests {
     #[test]
     fn the_crd_pattern_accepts_exactly_what_parse_accepts() {
         let pattern = regex::Regex::new(GPU_SHARING_PATTERN).expect("pattern compiles");
-        let mut values: Vec<String> = ["whole", "Whole", "whole ", "", "mig:", "share:", "mig:big"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect();
+        let mut values: Vec<String> = [
+            "whole",
+            "Whole",
+            "whole ",
+            "",
+            "mig:",
+            "share:",
+            "mig:big",
+            "timeslice",
+            "timeslice:2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
         let numbers = [
             "0",
             "1",

@@ -6,6 +6,8 @@
 //! [`crate::tenant::QUANTITY_PATTERN`] and [`crate::tenant::GPU_SHARING_PATTERN`]) for hosts
 //! where only the schema runs at write time.
 
+use std::collections::BTreeMap;
+
 use fabrik_machinery::quantity::Quantity;
 use fabrik_machinery::validation::{dns1123_label, dns1123_subdomain, label_value, qualified_name};
 use kube::ResourceExt;
@@ -134,6 +136,31 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
                 errs.push(SpecError::new("spec.quota.gpuSharing", why));
             }
         }
+        // Every kind must be requestable by a name of its own.
+        let default = q.gpu_sharing.as_deref().unwrap_or("whole");
+        let mut named: BTreeMap<String, String> = BTreeMap::new();
+        if let Ok(m) = GpuSharingMode::parse(default) {
+            named.insert(m.tenant_resource(), default.to_string());
+        }
+        for (i, t) in q.gpu_types.iter().enumerate() {
+            let field = format!("spec.quota.gpuTypes[{i}]");
+            match GpuSharingMode::parse(t) {
+                Err(why) => errs.push(SpecError::new(field, why)),
+                Ok(m) => match named.get(&m.tenant_resource()) {
+                    Some(other) if other != t => errs.push(SpecError::new(
+                        field,
+                        format!(
+                            "{t:?} and {other:?} would both be requested as {}: give the tenant one of them",
+                            m.tenant_resource()
+                        ),
+                    )),
+                    Some(_) => {}
+                    None => {
+                        named.insert(m.tenant_resource(), t.clone());
+                    }
+                },
+            }
+        }
     }
     if let Some(iso) = &spec.isolation {
         for (i, p) in iso.allow.iter().enumerate() {
@@ -241,6 +268,7 @@ mod tests {
                 memory: Some("64Gi".into()),
                 gpus: Some(2),
                 gpu_sharing: Some("mig:1g.18gb".into()),
+                gpu_types: vec!["whole".into(), "mig:3g.71gb".into(), "timeslice".into()],
                 storage: Some("512Mi".into()),
                 ..Default::default()
             }),
@@ -269,6 +297,7 @@ mod tests {
                 memory: Some("-5Gi".into()),
                 pods: Some(-1),
                 gpu_sharing: Some("mig:0g.5gb".into()),
+                gpu_types: vec!["timeslice".into(), "share:8192,25".into(), "fast".into()],
                 storage: Some("-1".into()),
                 ..Default::default()
             }),
@@ -296,6 +325,8 @@ mod tests {
                 "spec.quota.storage",
                 "spec.quota.pods",
                 "spec.quota.gpuSharing",
+                "spec.quota.gpuTypes[1]",
+                "spec.quota.gpuTypes[2]",
                 "spec.isolation.allow[0]",
                 "spec.isolation.webhookTargets[1]",
                 "spec.isolation.gateways[1]",

@@ -143,6 +143,16 @@ pub fn pod_usage(pod: &Value) -> Usage {
             usage.insert(format!("requests.{k}"), *q);
         }
     }
+    // Every GPU device, whatever kind it is requested as: what a Tenant's `gpus` limits.
+    let mut gpus = Quantity::ZERO;
+    for (k, q) in &requests {
+        if is_gpu_resource(k) {
+            gpus = gpus.checked_add(q).unwrap_or(Quantity::MAX);
+        }
+    }
+    if !gpus.is_zero() {
+        usage.insert(GPU_DEVICES.into(), gpus);
+    }
     // Counted beyond upstream (which allows no `limits.<extended>` quota): harmless, and a
     // quota that names one is then enforced rather than ignored.
     for (k, q) in &limits {
@@ -224,6 +234,19 @@ pub fn claim_usage(pvc: &Value) -> Usage {
     usage
 }
 
+/// The quota resource counting GPU devices of every kind a pod or claim asks for
+/// (`nvidia.com/gpu`, `nvidia.com/gpu.shared`, `nvidia.com/mig-<profile>`, GPU device
+/// classes): a Tenant's `gpus` when it may request more than one kind.
+pub const GPU_DEVICES: &str = "requests.fabrik.dev/gpu-devices";
+
+/// Whether an extended resource is a GPU device of some kind, as NVIDIA's device plugin names
+/// them.
+pub fn is_gpu_resource(name: &str) -> bool {
+    name == "nvidia.com/gpu"
+        || name == "nvidia.com/gpu.shared"
+        || name.starts_with("nvidia.com/mig-")
+}
+
 /// Device classes named `gpu.fabrik.dev` or `<x>.gpu.fabrik.dev` hold GPUs.
 pub const GPU_CLASS_DOMAIN: &str = "gpu.fabrik.dev";
 
@@ -283,6 +306,7 @@ pub fn resource_claim_usage(claim: &Value) -> Usage {
     }
     if gpus > 0 {
         usage.insert("requests.nvidia.com/gpu".into(), units(gpus));
+        usage.insert(GPU_DEVICES.into(), units(gpus));
     }
     usage
 }
@@ -291,7 +315,7 @@ pub fn resource_claim_usage(claim: &Value) -> Usage {
 /// where more than one kind does: GPUs are requested by pods and claimed by ResourceClaims.
 /// Empty for a resource only one kind counts.
 pub fn counted_by(key: &str) -> &'static [(&'static str, &'static str, &'static str)] {
-    if key == "requests.nvidia.com/gpu" {
+    if key == "requests.nvidia.com/gpu" || key == GPU_DEVICES {
         &[
             ("", "v1", "pods"),
             ("resource.k8s.io", "v1", "resourceclaims"),
@@ -546,7 +570,16 @@ mod tests {
         }});
         let u = pod_usage(&pod);
         assert_eq!(u["requests.nvidia.com/gpu"], q("2"));
+        assert_eq!(u[GPU_DEVICES], q("2"));
         assert_eq!(u["cpu"], q("1"));
+        // Every kind of GPU device counts toward the devices; each name only toward itself.
+        let mixed = json!({"spec": {"containers": [
+            {"name": "a", "resources": {"limits": {"nvidia.com/mig-1g.18gb": "3"}}},
+            {"name": "b", "resources": {"limits": {"nvidia.com/gpu.shared": "1", "example.com/fpga": "2"}}}]}});
+        let u = pod_usage(&mixed);
+        assert_eq!(u[GPU_DEVICES], q("4"));
+        assert_eq!(u["requests.nvidia.com/mig-1g.18gb"], q("3"));
+        assert!(!u.contains_key("requests.nvidia.com/gpu"));
         assert_eq!(u["pods"], q("1"));
         let mut done = pod.clone();
         done["status"] = json!({"phase": "Failed"});

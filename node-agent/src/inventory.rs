@@ -2,7 +2,8 @@
 //! verdicts, compute what the node publishes — extended resources (capacity and allocatable),
 //! node labels, and the devices of its DRA ResourceSlice. Pure.
 //!
-//! * Whole GPU: `nvidia.com/gpu` 1; time-sliced GPU: `nvidia.com/gpu` × replicas; MIG device:
+//! * Whole GPU: `nvidia.com/gpu` 1; time-sliced GPU: `nvidia.com/gpu.shared` × replicas (as
+//!   NVIDIA's device plugin renames them, so that whole-GPU requests never land there); MIG device:
 //!   `nvidia.com/mig-<profile>` 1; shared slice: `fabrik.dev/shared-gpu-<MiB>mib-<pct>pct` 1.
 //! * An unhealthy GPU stays in capacity, leaves allocatable, and its devices leave the slice.
 //! * DRA device names: `gpu-<i>`, `gpu-<i>-mig-<start>`, `gpu-<i>-shared-<k>`.
@@ -193,7 +194,9 @@ pub fn compute(
                 }
             }
             Some(GpuTarget::TimeSliced { replicas }) => {
-                attrs.insert("type".into(), string("gpu"));
+                // Its own type and resource (NVIDIA's renamed `nvidia.com/gpu.shared`): a
+                // workload asking for a whole GPU never lands on a time-sliced one.
+                attrs.insert("type".into(), string("timeslice"));
                 attrs.insert("timeSlicingReplicas".into(), int(i64::from(*replicas)));
                 let device = Device {
                     name: format!("gpu-{}", g.index),
@@ -203,7 +206,7 @@ pub fn compute(
                 };
                 publish(
                     &mut inv,
-                    "nvidia.com/gpu".into(),
+                    fabrik_api::RESOURCE_GPU_SHARED.into(),
                     i64::from(*replicas),
                     device,
                 );
@@ -377,7 +380,9 @@ mod tests {
             ),
         ]);
         let inv = compute(&gpus(), &applied, &BTreeMap::new(), "mig");
-        assert_eq!(inv.capacity["nvidia.com/gpu"], 1 + 4);
+        // Time-sliced replicas are not whole GPUs.
+        assert_eq!(inv.capacity["nvidia.com/gpu"], 1);
+        assert_eq!(inv.capacity["nvidia.com/gpu.shared"], 4);
         assert_eq!(inv.capacity["nvidia.com/mig-3g.71gb"], 2);
         assert_eq!(inv.capacity["fabrik.dev/shared-gpu-20480mib-25pct"], 3);
         assert_eq!(inv.allocatable, inv.capacity);

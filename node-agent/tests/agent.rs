@@ -253,7 +253,8 @@ async fn registers_publishes_inventory_and_applies_layouts() {
         );
     }
 
-    // Time-slicing: whole GPUs advertised 4 times each.
+    // Time-slicing: each GPU advertised 4 times, as NVIDIA's renamed `nvidia.com/gpu.shared`
+    // and never as a whole GPU.
     set_layout(
         &client,
         "gpu-a",
@@ -262,9 +263,10 @@ async fn registers_publishes_inventory_and_applies_layouts() {
     .await;
     wait_for(&agent, "time-slicing", || async {
         let n = nodes.get("gpu-a").await.ok()?;
+        let shared = quantity(&n, "allocatable", "nvidia.com/gpu.shared");
         let gpus = quantity(&n, "allocatable", "nvidia.com/gpu");
         let mig = quantity(&n, "allocatable", "nvidia.com/mig-1g.18gb");
-        (gpus.as_deref() == Some("8") && mig.is_none()).then_some(())
+        (shared.as_deref() == Some("8") && gpus.is_none() && mig.is_none()).then_some(())
     })
     .await;
 }

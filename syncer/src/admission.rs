@@ -457,12 +457,13 @@ fn check_container(c: &Value, path: &str, policy: &Policy, errs: &mut Vec<String
     for kind in ["requests", "limits"] {
         if let Some(list) = c["resources"][kind].as_object() {
             for name in list.keys() {
-                if gpu::is_accelerator(name) && name != fabrik_api::RESOURCE_GPU {
+                if gpu::is_accelerator(name) && gpu::host_for(name, policy).is_none() {
                     errs.push(forbidden(
                         &format!("{path}.resources.{kind}[{name}]"),
                         &format!(
-                            "request GPUs as {}; this tenant's GPUs are mapped by its sharing mode",
-                            fabrik_api::RESOURCE_GPU
+                            "this tenant's GPUs are requested as {} (its Tenant's gpuSharing \
+                             and gpuTypes)",
+                            gpu::tenant_names(policy).join(", ")
                         ),
                     ));
                 }

@@ -7,7 +7,7 @@ use fabrik_api::LABEL_SYNCED_NODE;
 use serde_json::{json, Map, Value};
 
 use crate::gpu;
-use crate::policy::GpuSharing;
+use crate::policy::Policy;
 
 /// Node label prefixes and keys shown to tenants.
 const SHOWN_LABELS: &[&str] = &[
@@ -23,7 +23,7 @@ const SHOWN_LABELS: &[&str] = &[
 
 /// The tenant's Node for a host Node: `metadata` and `spec` (for create / update) and `status`
 /// (for the status subresource).
-pub fn tenant_node(host: &Value, sharing: &GpuSharing) -> (Value, Map<String, Value>) {
+pub fn tenant_node(host: &Value, policy: &Policy) -> (Value, Map<String, Value>) {
     let mut labels = Map::new();
     if let Some(l) = host["metadata"]["labels"].as_object() {
         for (k, v) in l {
@@ -46,11 +46,11 @@ pub fn tenant_node(host: &Value, sharing: &GpuSharing) -> (Value, Map<String, Va
     let mut status = Map::new();
     status.insert(
         "capacity".into(),
-        Value::Object(gpu::tenant_node_resources(&hs["capacity"], sharing)),
+        Value::Object(gpu::tenant_node_resources(&hs["capacity"], policy)),
     );
     status.insert(
         "allocatable".into(),
-        Value::Object(gpu::tenant_node_resources(&hs["allocatable"], sharing)),
+        Value::Object(gpu::tenant_node_resources(&hs["allocatable"], policy)),
     );
     for f in ["conditions", "addresses", "daemonEndpoints"] {
         if !hs[f].is_null() {
@@ -92,7 +92,11 @@ mod tests {
                 "allocatable": {"cpu": "63", "nvidia.com/mig-1g.18gb": "5"},
                 "conditions": [{"type": "Ready", "status": "True"}],
                 "nodeInfo": {"kubeletVersion": "v1.35.0", "machineID": "m", "bootID": "b"}}});
-        let (node, status) = tenant_node(&host, &GpuSharing::Mig("1g.18gb".into()));
+        let policy = Policy {
+            gpu_sharing: crate::policy::GpuSharing::Mig("1g.18gb".into()),
+            ..Default::default()
+        };
+        let (node, status) = tenant_node(&host, &policy);
         assert_eq!(node["metadata"]["name"], "gpu-1");
         let labels = node["metadata"]["labels"].as_object().map(|l| l.len());
         assert_eq!(labels, Some(4));
@@ -100,11 +104,11 @@ mod tests {
         assert!(node["spec"].get("taints").is_none());
         assert_eq!(
             status["capacity"],
-            json!({"cpu": "64", "nvidia.com/gpu": "7"})
+            json!({"cpu": "64", "nvidia.com/gpu": "7", "nvidia.com/mig-1g.18gb": "7"})
         );
         assert_eq!(
             status["allocatable"],
-            json!({"cpu": "63", "nvidia.com/gpu": "5"})
+            json!({"cpu": "63", "nvidia.com/gpu": "5", "nvidia.com/mig-1g.18gb": "5"})
         );
         assert_eq!(status["nodeInfo"], json!({"kubeletVersion": "v1.35.0"}));
     }

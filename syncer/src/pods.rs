@@ -440,7 +440,7 @@ impl Rewriter<'_> {
         }
         let mut resources = Map::new();
         for kind in ["requests", "limits"] {
-            let mapped = gpu::map_resource_list(&c["resources"][kind], &self.policy.gpu_sharing);
+            let mapped = gpu::map_resource_list(&c["resources"][kind], self.policy);
             if !mapped.is_empty() {
                 resources.insert(kind.into(), Value::Object(mapped));
             }

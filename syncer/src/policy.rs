@@ -22,6 +22,8 @@ pub enum GpuSharing {
         /// Compute of one share, in percent of the GPU's SMs.
         compute_pct: u32,
     },
+    /// One time-sliced replica of a GPU per requested GPU (`nvidia.com/gpu.shared`).
+    TimeSliced,
 }
 
 /// The tenant's isolation policy. `Default` is the most restrictive: nothing privileged.
@@ -44,6 +46,9 @@ pub struct Policy {
     pub allow_host_path: bool,
     /// How GPU requests are mapped.
     pub gpu_sharing: GpuSharing,
+    /// Further GPU kinds its pods may request by NVIDIA's names (`nvidia.com/mig-<profile>`,
+    /// `nvidia.com/gpu.shared`, `nvidia.com/gpu` when the default is another kind).
+    pub gpu_types: Vec<GpuSharing>,
     /// PriorityClasses the tenant's pods may name (none by default).
     pub allowed_priority_classes: Vec<String>,
     /// The tenant's DNS server; when set, host pods get `dnsPolicy: None` with this nameserver

@@ -1155,7 +1155,7 @@ async fn node(ctx: &Context, name: &str) -> Result<(), Error> {
     };
     match (used, host) {
         (true, Some(h)) => {
-            let (want, status) = nodes::tenant_node(&h, &ctx.policy.gpu_sharing);
+            let (want, status) = nodes::tenant_node(&h, &ctx.policy);
             match &mine {
                 None => {
                     let data: DynamicObject = match serde_json::from_value(want) {

@@ -31,7 +31,7 @@ pub struct TenantArgs {
 #[derive(Subcommand, Debug)]
 enum TenantCommand {
     /// Create a tenant.
-    Create(CreateArgs),
+    Create(Box<CreateArgs>),
     /// List tenants.
     List,
     /// Show one tenant as YAML.
@@ -61,9 +61,14 @@ struct CreateArgs {
     /// GPUs the tenant may use.
     #[arg(long, allow_negative_numbers = true)]
     gpus: Option<i64>,
-    /// `whole`, `mig:PROFILE` (e.g. `mig:1g.18gb`) or `share:MEMORY_MIB,COMPUTE_PERCENT`.
+    /// What `nvidia.com/gpu` is: `whole`, `mig:PROFILE` (e.g. `mig:1g.18gb`),
+    /// `share:MEMORY_MIB,COMPUTE_PERCENT` or `timeslice`.
     #[arg(long, value_name = "MODE")]
     gpu_sharing: Option<String>,
+    /// A further GPU kind the tenant may request by NVIDIA's name (same syntax; repeat for
+    /// more): `mig:1g.18gb` as `nvidia.com/mig-1g.18gb`, `timeslice` as `nvidia.com/gpu.shared`.
+    #[arg(long = "gpu-type", value_name = "MODE")]
+    gpu_types: Vec<String>,
     /// CPU requests quota (e.g. `16`).
     #[arg(long, allow_hyphen_values = true)]
     cpu: Option<String>,
@@ -197,6 +202,7 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                     pods: c.pods,
                     gpus: c.gpus,
                     gpu_sharing: c.gpu_sharing.clone(),
+                    gpu_types: c.gpu_types.clone(),
                     node_ports: c.node_ports,
                     load_balancers: c.load_balancers,
                     ..Default::default()

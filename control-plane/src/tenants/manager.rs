@@ -392,12 +392,13 @@ fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
             hard.insert("pods".into(), p.to_string());
         }
         if let Some(g) = q.gpus {
-            // The same resource the syncer puts on the tenant's host pods.
-            let resource = format!(
-                "requests.{}",
-                syncer::gpu::host_resource(&policy_of(tenant).gpu_sharing)
-            );
-            hard.insert(resource, g.to_string());
+            // The resources the syncer puts on the tenant's host pods, each at most all of
+            // them (the tenant's own API server limits their sum).
+            let policy = policy_of(tenant);
+            for kind in syncer::gpu::kinds(&policy) {
+                let resource = format!("requests.{}", syncer::gpu::host_resource(kind));
+                hard.insert(resource, g.to_string());
+            }
         }
     }
     hard
@@ -429,6 +430,10 @@ fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_q
     }
     if let Some(g) = q.gpus {
         put("requests.nvidia.com/gpu", g.to_string());
+        if !q.gpu_types.is_empty() {
+            // Every kind the tenant may request counts: one sum.
+            put(fabrik_machinery::quota::GPU_DEVICES, g.to_string());
+        }
     }
     hard
 }
@@ -777,25 +782,14 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         });
     }
     // Checked by `fabrik_api::validation` before a tenant is served; anything else is whole GPUs.
-    let gpu_sharing = match tenant
-        .spec
-        .quota
-        .as_ref()
+    let quota = tenant.spec.quota.as_ref();
+    let gpu_sharing = quota
         .and_then(|q| q.gpu_sharing.as_deref())
-        .map(fabrik_api::tenant::GpuSharingMode::parse)
-    {
-        Some(Ok(fabrik_api::tenant::GpuSharingMode::Mig { slices, memory_gb })) => {
-            syncer::GpuSharing::Mig(format!("{slices}g.{memory_gb}gb"))
-        }
-        Some(Ok(fabrik_api::tenant::GpuSharingMode::Share {
-            memory_mib,
-            compute_pct,
-        })) => syncer::GpuSharing::Shared {
-            memory_mib,
-            compute_pct: u32::from(compute_pct),
-        },
-        _ => syncer::GpuSharing::Whole,
-    };
+        .and_then(gpu_kind)
+        .unwrap_or_default();
+    let gpu_types: Vec<syncer::GpuSharing> = quota
+        .map(|q| q.gpu_types.iter().filter_map(|t| gpu_kind(t)).collect())
+        .unwrap_or_default();
     syncer::Policy {
         node_selector: iso.node_selector.clone(),
         tolerations,
@@ -804,6 +798,7 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         allow_host_namespaces: allows("hostNamespaces"),
         allow_host_path: allows("hostPath"),
         gpu_sharing,
+        gpu_types,
         allowed_priority_classes: Vec::new(),
         dns_nameserver: None,
         sync_ingresses: extra_kinds(tenant)
@@ -821,6 +816,25 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         api_address: None,
         device_classes: tenant.spec.quota.as_ref().and_then(|q| q.gpus) != Some(0),
     }
+}
+
+/// The syncer's form of one `gpuSharing` / `gpuTypes` value; `None` when it does not parse.
+fn gpu_kind(mode: &str) -> Option<syncer::GpuSharing> {
+    use fabrik_api::tenant::GpuSharingMode;
+    Some(match GpuSharingMode::parse(mode).ok()? {
+        GpuSharingMode::Whole => syncer::GpuSharing::Whole,
+        GpuSharingMode::Mig { slices, memory_gb } => {
+            syncer::GpuSharing::Mig(format!("{slices}g.{memory_gb}gb"))
+        }
+        GpuSharingMode::Share {
+            memory_mib,
+            compute_pct,
+        } => syncer::GpuSharing::Shared {
+            memory_mib,
+            compute_pct: u32::from(compute_pct),
+        },
+        GpuSharingMode::TimeSlice => syncer::GpuSharing::TimeSliced,
+    })
 }
 
 async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error> {
@@ -1439,5 +1453,31 @@ mod tests {
                 .map(String::as_str),
             Some("2")
         );
+        assert!(!tenant_quota_hard(&t).contains_key(fabrik_machinery::quota::GPU_DEVICES));
+
+        // Several kinds: each mapped, each capped on the host, their sum in the tenant.
+        let mut mixed = t.clone();
+        if let Some(q) = mixed.spec.quota.as_mut() {
+            q.gpu_sharing = Some("whole".into());
+            q.gpu_types = vec!["mig:1g.18gb".into(), "timeslice".into()];
+        }
+        let p = policy_of(&mixed);
+        assert_eq!(p.gpu_sharing, syncer::GpuSharing::Whole);
+        assert_eq!(
+            p.gpu_types,
+            [
+                syncer::GpuSharing::Mig("1g.18gb".into()),
+                syncer::GpuSharing::TimeSliced
+            ]
+        );
+        let host = quota_hard(&mixed);
+        for key in [
+            "requests.nvidia.com/gpu",
+            "requests.nvidia.com/mig-1g.18gb",
+            "requests.nvidia.com/gpu.shared",
+        ] {
+            assert_eq!(host.get(key).map(String::as_str), Some("2"), "{key}");
+        }
+        assert!(tenant_quota_hard(&mixed).contains_key(fabrik_machinery::quota::GPU_DEVICES));
     }
 }

@@ -92,6 +92,7 @@ pub struct PodRequest {
 /// Whether `resource` is a GPU resource placed on devices.
 pub fn is_gpu_resource(resource: &str) -> bool {
     resource == "nvidia.com/gpu"
+        || resource == fabrik_api::RESOURCE_GPU_SHARED
         || resource.starts_with("nvidia.com/mig-")
         || resource.starts_with("fabrik.dev/shared-gpu-")
 }
@@ -244,6 +245,7 @@ pub fn devices(slice: &ResourceSlice) -> Vec<GpuDevice> {
         let gpu = attr_int(a, "index").unwrap_or(0);
         let resource = match attr_str(a, "type") {
             Some("gpu") => "nvidia.com/gpu".to_string(),
+            Some("timeslice") => fabrik_api::RESOURCE_GPU_SHARED.to_string(),
             Some("mig") => match attr_str(a, "migProfile") {
                 Some(p) => format!("nvidia.com/mig-{p}"),
                 None => continue,
