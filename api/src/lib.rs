@@ -57,7 +57,11 @@ pub const LABEL_GPU_NUMA_NODES: &str = "fabrik.dev/gpu-numa-nodes";
 pub const LABEL_GPU_NVLINK_ISLANDS: &str = "fabrik.dev/gpu-nvlink-islands";
 
 /// DRA driver name under which the node agent publishes its ResourceSlices.
-pub const DRA_DRIVER: &str = "gpu.fabrik.dev";
+pub const DRA_DRIVER: &str = "gpu.nvidia.com";
+
+/// The label on the ResourceSlices Fabrik's node agents publish (whatever driver name they are
+/// configured with), by which `fabrik up`'s scheduler knows the devices it hands out.
+pub const LABEL_NODE_AGENT_SLICE: &str = "fabrik.dev/node-agent";
 
 /// Pod annotation naming the GPU devices the scheduler chose, as DRA device names of the node's
 /// ResourceSlice (`gpu-3`, `gpu-1-mig-4`, `gpu-2-shared-0`), comma-separated.

@@ -53,6 +53,10 @@ pub struct NodesArgs {
     /// machine can send from, as the pod would (to query the tenant DNS, say).
     #[arg(long, value_name = "A.B", default_value = "10.244", value_parser = parse_pod_network)]
     pod_network: [u8; 2],
+    /// The DRA driver name the nodes publish their GPUs under (ResourceSlices and the
+    /// DeviceClasses `<driver>`, `mig.<domain>`, `shared.<domain>`). NVIDIA's by default.
+    #[arg(long, value_name = "NAME", default_value = fabrik_api::DRA_DRIVER)]
+    dra_driver: String,
 }
 
 pub(crate) fn parse_pod_network(s: &str) -> Result<[u8; 2], String> {
@@ -113,6 +117,7 @@ pub async fn run(args: NodesArgs) -> Result<()> {
     );
     config.scheduler = args.scheduler;
     config.pod_network = args.pod_network;
+    config.dra_driver = args.dra_driver.clone();
     config.usage_publish_interval = Duration::from_secs(args.usage_publish_interval);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let nodes = node_agent::sim::start(client.clone(), config, async move {

@@ -26,10 +26,10 @@ spec:
       requests:
       - name: gpu
         exactly:
-          deviceClassName: gpu.fabrik.dev
+          deviceClassName: gpu.nvidia.com
           selectors:
-          - cel: {expression: \"device.capacity['gpu.fabrik.dev'].memory.compareTo(quantity('1Gi')) >= 0\"}
-          - cel: {expression: \"device.attributes['gpu.fabrik.dev'].productName == 'NVIDIA H200'\"}
+          - cel: {expression: \"device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('1Gi')) >= 0\"}
+          - cel: {expression: \"device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H200'\"}
 ---
 apiVersion: v1
 kind: Pod
@@ -56,10 +56,10 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     // The host's classes, mirrored; the tenant cannot change them.
     poll("the DeviceClasses mirrored", || {
         let names = kc_ok(k, &cfg, &["get", "deviceclasses", "-o", "name"])?;
-        Ok(names.contains("deviceclass.resource.k8s.io/gpu.fabrik.dev")
-            && names.contains("deviceclass.resource.k8s.io/mig.gpu.fabrik.dev"))
+        Ok(names.contains("deviceclass.resource.k8s.io/gpu.nvidia.com")
+            && names.contains("deviceclass.resource.k8s.io/mig.nvidia.com"))
     })?;
-    let out = kc(k, &cfg, &["delete", "deviceclass", "gpu.fabrik.dev"])?;
+    let out = kc(k, &cfg, &["delete", "deviceclass", "gpu.nvidia.com"])?;
     assert!(!out.status.success());
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("read-only"),
@@ -77,7 +77,7 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     let bad = kc_apply(
         k,
         &cfg,
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.fabrik.dev\n        selectors: [{cel: {expression: \"device.driver ==\"}}]\n",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: bad}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{cel: {expression: \"device.driver ==\"}}]\n",
     )?;
     assert!(!bad.status.success());
     let why = String::from_utf8_lossy(&bad.stderr);
@@ -156,7 +156,7 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     let over = kc_apply(
         k,
         &cfg,
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: two}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.fabrik.dev, count: 2}\n",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: two}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.nvidia.com, count: 2}\n",
     )?;
     assert!(!over.status.success());
     let why = String::from_utf8_lossy(&over.stderr);
@@ -188,7 +188,7 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     kc_apply_ok(
         k,
         &cfg,
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: huge}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.fabrik.dev\n        selectors: [{cel: {expression: \"device.capacity['gpu.fabrik.dev'].memory.isGreaterThan(quantity('100Ti'))\"}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: huge}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: huge}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{cel: {expression: \"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('100Ti'))\"}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: huge}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
     )?;
     poll("the waiting pod told why", || {
         let why = kc_ok(

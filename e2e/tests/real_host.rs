@@ -1117,7 +1117,7 @@ fn claims_on_an_old_host(k: &Kubectl, tkc: &Path) -> Result<()> {
     let file = dir.path().join("claim.yaml");
     std::fs::write(
         &file,
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.fabrik.dev}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: claimer}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: gpu}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly: {deviceClassName: gpu.nvidia.com}\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: claimer}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: gpu}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
     )?;
     kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
     poll("the claiming pod told why", 60, || {

@@ -1,7 +1,9 @@
 //! Tenant usage: a GPU pod of the `demo` tenant runs on a simulated node of `fabrik up`; its
 //! node publishes the GPU-seconds it metered (`fabrik-gpu-usage-<node>` in `fabrik-system`),
 //! and the control plane reports pods, GPUs and GPU-seconds in `Tenant demo`'s
-//! `status.usage`. Once the pod is deleted the GPUs go back to 0; GPU-seconds never go down.
+//! `status.usage`. Once the pod is deleted the GPUs go back to 0; GPU-seconds never go down. A
+//! pod that runs to completion is metered from its containers' start to their stop, as the
+//! simulated kubelet records them, within 0.1 %.
 
 use std::time::{Duration, Instant};
 
@@ -178,5 +180,80 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
         after.gpu_seconds >= running.gpu_seconds,
         "{after:?} after {running:?}"
     );
+
+    // A pod that runs to completion is metered from its containers' start to their stop, as
+    // the simulated kubelet reports them (with nanoseconds on the host pod), within 0.1 %.
+    let deadline = Instant::now() + DEADLINE;
+    let batch: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "batch", "annotations": {"sim.fabrik.dev/run-seconds": "2.5"}},
+        "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "cuda",
+            "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }))?;
+    pods.create(&PostParams::default(), &batch).await?;
+    let host_pods: Api<Pod> = Api::namespaced(host.clone(), "fabrik-demo");
+    let (host_name, truth) = poll("the batch pod's start and stop", deadline, || {
+        let host_pods = host_pods.clone();
+        async move {
+            let list = host_pods
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let p = list.items.into_iter().find(|p| {
+                p.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("fabrik.dev/virtual-name"))
+                    == Some(&"batch".to_string())
+            });
+            let Some(p) = p else {
+                return Err("no host pod yet".into());
+            };
+            let a = p.metadata.annotations.clone().unwrap_or_default();
+            let at = |k: &str| {
+                a.get(k)
+                    .and_then(|v| v.parse::<k8s_openapi::jiff::Timestamp>().ok())
+            };
+            match (
+                // node_agent::metering::ANNOTATION_STARTED_AT and ANNOTATION_FINISHED_AT.
+                at("fabrik.dev/containers-started-at"),
+                at("fabrik.dev/containers-finished-at"),
+            ) {
+                (Some(start), Some(stop)) => Ok(Some((
+                    p.metadata.name.clone().unwrap_or_default(),
+                    stop.duration_since(start).as_secs_f64(),
+                ))),
+                _ => Err(format!("{a:?}")),
+            }
+        }
+    })
+    .await?;
+    assert!(truth >= 2.5, "ran {truth} s");
+    let metered = poll("the batch pod's GPU-seconds", deadline, || {
+        let (cms, host_name) = (cms.clone(), host_name.clone());
+        async move {
+            let cm = cms
+                .get("fabrik-gpu-usage-gpu-node-0")
+                .await
+                .map_err(|e| e.to_string())?;
+            let doc = cm
+                .data
+                .as_ref()
+                .and_then(|d| d.get("usage.json"))
+                .and_then(|d| serde_json::from_str::<fabrik_api::tenant::NodeGpuUsage>(d).ok())
+                .ok_or("no usage.json")?;
+            let seconds = doc
+                .series
+                .iter()
+                .find(|s| s.pod == host_name && s.partition == "whole")
+                .map(|s| s.seconds.allocated);
+            match seconds {
+                Some(s) if (s - truth).abs() <= truth * 1e-3 => Ok(Some(s)),
+                other => Err(format!("{other:?} for {truth} s")),
+            }
+        }
+    })
+    .await?;
+    eprintln!("batch pod: ran {truth:.6} s, metered {metered:.3} GPU-s");
     Ok(())
 }

@@ -95,7 +95,7 @@ spec:
     devices:
       requests:
       - name: gpu
-        exactly: {deviceClassName: gpu.fabrik.dev}
+        exactly: {deviceClassName: gpu.nvidia.com}
 ---
 apiVersion: apps/v1
 kind: Deployment

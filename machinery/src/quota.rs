@@ -17,7 +17,7 @@
 //! - DRA ResourceClaims (`resource.k8s.io`): `<class>.deviceclass.resource.k8s.io/devices`
 //!   per device class (a request's count; `All` as the most a request can get, 32; a
 //!   `firstAvailable` request as its largest subrequest per class), and, for the classes of
-//!   Fabrik's GPU driver ([`GPU_CLASS_DOMAIN`]), `requests.nvidia.com/gpu` as well — so that a
+//!   GPU drivers (`gpu.nvidia.com`, `mig.nvidia.com`: [`GPU_CLASS_KINDS`]), `requests.nvidia.com/gpu` as well — so that a
 //!   GPU quota counts devices claimed as it counts devices requested by pods
 //!   ([`counted_by`] names the kinds that share a resource).
 //!
@@ -247,18 +247,21 @@ pub fn is_gpu_resource(name: &str) -> bool {
         || name.starts_with("nvidia.com/mig-")
 }
 
-/// Device classes named `gpu.fabrik.dev` or `<x>.gpu.fabrik.dev` hold GPUs.
-pub const GPU_CLASS_DOMAIN: &str = "gpu.fabrik.dev";
+/// The first labels of the names GPU drivers give their device classes: NVIDIA's
+/// `gpu.nvidia.com` and `mig.nvidia.com`, and the node agent's `shared.<domain>` beside them
+/// (whatever driver name it is configured with).
+pub const GPU_CLASS_KINDS: [&str; 3] = ["gpu", "mig", "shared"];
 
 /// The most devices an `allocationMode: All` request can get (upstream's
 /// `AllocationResultsMaxSize`), which the quota charges it.
 const ALL_DEVICES: i64 = 32;
 
+/// Whether a device class holds GPUs: `<gpu|mig|shared>.<domain>`, with a domain of at least
+/// two labels (`gpu.nvidia.com`, `mig.nvidia.com`, `gpu.example.com`).
 fn is_gpu_class(class: &str) -> bool {
-    class == GPU_CLASS_DOMAIN
-        || class
-            .strip_suffix(GPU_CLASS_DOMAIN)
-            .is_some_and(|p| p.ends_with('.'))
+    class.split_once('.').is_some_and(|(kind, domain)| {
+        GPU_CLASS_KINDS.contains(&kind) && domain.contains('.') && !domain.starts_with('.')
+    })
 }
 
 /// Devices per class one request (or subrequest) asks for.
@@ -495,20 +498,20 @@ mod dra_tests {
     #[test]
     fn gpu_claims_count_as_gpus() {
         let claim = json!({"spec": {"devices": {"requests": [
-            {"name": "a", "exactly": {"deviceClassName": "gpu.fabrik.dev", "count": 2}},
+            {"name": "a", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
             {"name": "b", "firstAvailable": [
-                {"name": "x", "deviceClassName": "mig.gpu.fabrik.dev", "count": 3},
-                {"name": "y", "deviceClassName": "mig.gpu.fabrik.dev"}]},
+                {"name": "x", "deviceClassName": "mig.nvidia.com", "count": 3},
+                {"name": "y", "deviceClassName": "mig.nvidia.com"}]},
             {"name": "c", "exactly": {"deviceClassName": "nic.example.com",
                 "allocationMode": "All"}}]}}});
         let u = usage("resource.k8s.io", "resourceclaims", &claim);
         let n = |k: &str| u.get(k).map(|q| q.nanos() / 1_000_000_000);
         assert_eq!(
-            n("gpu.fabrik.dev.deviceclass.resource.k8s.io/devices"),
+            n("gpu.nvidia.com.deviceclass.resource.k8s.io/devices"),
             Some(2)
         );
         assert_eq!(
-            n("mig.gpu.fabrik.dev.deviceclass.resource.k8s.io/devices"),
+            n("mig.nvidia.com.deviceclass.resource.k8s.io/devices"),
             Some(3)
         );
         assert_eq!(
@@ -517,7 +520,9 @@ mod dra_tests {
         );
         assert_eq!(n("requests.nvidia.com/gpu"), Some(5));
         assert_eq!(n("count/resourceclaims.resource.k8s.io"), Some(1));
-        assert!(!is_gpu_class("notgpu.fabrik.dev"));
+        assert!(!is_gpu_class("notgpu.nvidia.com"));
+        assert!(!is_gpu_class("gpu.local") && !is_gpu_class("fpga.example.com"));
+        assert!(is_gpu_class("shared.nvidia.com") && is_gpu_class("gpu.example.com"));
         assert_eq!(counted_by("requests.nvidia.com/gpu").len(), 2);
     }
 }

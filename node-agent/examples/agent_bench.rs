@@ -246,7 +246,7 @@ async fn run(secs: u64) -> Result<()> {
     let mut agent = start_agent(dir.path(), &fabrik.kubeconfig(), metrics_port)?;
     let nodes: Api<Node> = Api::all(client.clone());
     let slices: Api<ResourceSlice> = Api::all(client.clone());
-    let slice_name = format!("{NODE}-gpu.fabrik.dev");
+    let slice_name = format!("{NODE}-gpu.nvidia.com");
 
     // Registered with 8 whole GPUs.
     let started = Instant::now();

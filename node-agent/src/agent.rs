@@ -56,6 +56,9 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// Time between passes.
     pub interval: Duration,
+    /// The DRA driver name of its ResourceSlice and DeviceClasses
+    /// ([`fabrik_api::DRA_DRIVER`], NVIDIA's, by default).
+    pub dra_driver: String,
 }
 
 /// The agent.
@@ -285,7 +288,15 @@ impl Agent {
         ];
         conditions.extend(network.map(|r| r.condition));
         node::publish_status(&self.client, &n, &inv, &conditions).await?;
-        if slices::publish(&self.client, &name, node::owner(&n), inv.devices.clone()).await? {
+        if slices::publish(
+            &self.client,
+            &self.config.dra_driver,
+            &name,
+            node::owner(&n),
+            inv.devices.clone(),
+        )
+        .await?
+        {
             let msg = format!("ResourceSlice published with {} devices", inv.devices.len());
             events
                 .record(Kind::Normal, "InventoryPublished", &msg)

@@ -53,6 +53,11 @@ struct Args {
     /// Milliseconds between passes.
     #[arg(long, default_value_t = 2000)]
     interval_ms: u64,
+    /// The DRA driver name of the node's ResourceSlice and of the DeviceClasses it creates
+    /// (`<driver>`, `mig.<domain>`, `shared.<domain>`). NVIDIA's by default, so that claims and
+    /// CEL selectors written for NVIDIA's DRA driver select these GPUs.
+    #[arg(long, value_name = "NAME", default_value = fabrik_api::DRA_DRIVER)]
+    dra_driver: String,
     /// Serve GPU-second metrics (Prometheus text) at `http://ADDR/metrics`.
     #[arg(long, value_name = "ADDR")]
     metrics_addr: Option<std::net::SocketAddr>,
@@ -134,6 +139,7 @@ async fn main() -> Result<()> {
             node_name: args.node_name.clone(),
             state_dir: args.state_dir.clone(),
             interval: Duration::from_millis(args.interval_ms.max(10)),
+            dra_driver: args.dra_driver.clone(),
         },
         backend,
     )?;

@@ -115,6 +115,8 @@ pub struct Config {
     pub usage_publish_interval: Duration,
     /// The pod network `A.B`: node `i`'s pods get `A.B.<i>.x` (see [`crate::kubelet::ips`]).
     pub pod_network: [u8; 2],
+    /// The DRA driver name the nodes publish their GPUs under.
+    pub dra_driver: String,
 }
 
 impl Config {
@@ -132,6 +134,7 @@ impl Config {
             utilization: 0.6,
             usage_publish_interval: publish::DEFAULT_INTERVAL,
             pod_network: crate::kubelet::ips::PodIps::DEFAULT_NETWORK,
+            dra_driver: fabrik_api::DRA_DRIVER.to_string(),
         }
     }
 }
@@ -223,6 +226,7 @@ pub fn start(
                 node_name: name.clone(),
                 state_dir: dir.clone(),
                 interval: config.agent_interval,
+                dra_driver: config.dra_driver.clone(),
             },
             Box::new(backend),
         )?;

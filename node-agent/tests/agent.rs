@@ -168,10 +168,10 @@ async fn registers_publishes_inventory_and_applies_layouts() {
         Some("True")
     );
     let slice = wait_for(&agent, "resource slice", || async {
-        slices.get_opt("gpu-a-gpu.fabrik.dev").await.ok()?
+        slices.get_opt("gpu-a-gpu.nvidia.com").await.ok()?
     })
     .await;
-    assert_eq!(slice.spec.driver, "gpu.fabrik.dev");
+    assert_eq!(slice.spec.driver, "gpu.nvidia.com");
     let devices = slice.spec.devices.clone().unwrap_or_default();
     assert_eq!(devices.len(), 2);
     let attrs = devices[1].attributes.clone().unwrap_or_default();
@@ -198,7 +198,7 @@ async fn registers_publishes_inventory_and_applies_layouts() {
         "mig"
     );
     let slice = wait_for(&agent, "slice with 14 MIG devices", || async {
-        let s = slices.get("gpu-a-gpu.fabrik.dev").await.ok()?;
+        let s = slices.get("gpu-a-gpu.nvidia.com").await.ok()?;
         (s.spec.devices.as_ref()?.len() == 14).then_some(s)
     })
     .await;
@@ -350,7 +350,7 @@ async fn a_gpu_fault_taints_cordons_evicts_and_the_node_returns() {
     );
     let slices: Api<ResourceSlice> = Api::all(client.clone());
     wait_for(&agent, "bad GPU out of the slice", || async {
-        let s = slices.get("gpu-b-gpu.fabrik.dev").await.ok()?;
+        let s = slices.get("gpu-b-gpu.nvidia.com").await.ok()?;
         let names: Vec<String> = s.spec.devices?.into_iter().map(|d| d.name).collect();
         (names == vec!["gpu-0".to_string()]).then_some(())
     })

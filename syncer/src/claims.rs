@@ -153,8 +153,8 @@ mod tests {
     fn claims_go_down_without_driver_config() {
         let claim = json!({"metadata": {"name": "c", "namespace": "ml", "uid": "u"},
             "spec": {"devices": {
-                "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev"}}],
-                "config": [{"opaque": {"driver": "gpu.fabrik.dev", "parameters": {"x": 1}}}]}}});
+                "requests": [{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}],
+                "config": [{"opaque": {"driver": "gpu.nvidia.com", "parameters": {"x": 1}}}]}}});
         let h = host_claim(&claim, "t1");
         assert_eq!(h["metadata"]["namespace"], "fabrik-t1");
         assert_eq!(h["metadata"]["name"], naming::host_name("c", "ml", "t1"));
@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn mirrors_are_marked() {
-        let m = tenant_device_class(&json!({"metadata": {"name": "gpu.fabrik.dev",
+        let m = tenant_device_class(&json!({"metadata": {"name": "gpu.nvidia.com",
             "resourceVersion": "5", "uid": "h"}, "spec": {"selectors": []}}));
         assert!(is_mirror(&m));
         assert!(m["metadata"]["uid"].is_null());

@@ -22,6 +22,10 @@
 //!   `lastState`, `CrashLoopBackOff` for 10 s doubling to 5 min ([`backoff`]), then running
 //!   again for another run time.
 //! * `sim.fabrik.dev/ready: "false"`: running but not ready (a failing readiness probe).
+//! * Statuses hold whole seconds (`startedAt`, `finishedAt`); on GPU pods the kubelet also
+//!   records when the app containers first started and when they stopped for good with
+//!   nanoseconds ([`run_annotation`]), the times metering credits the pod between. A first run
+//!   lasts its run time from that precise start.
 //! * A pod being deleted (`deletionTimestamp`) is finished — deleted with a grace period of 0 —
 //!   once its simulated containers have stopped: `fabrik.dev/sim-stop-seconds` after the
 //!   deletion was asked for (default 0: they exit on SIGTERM at once), and never later than the
@@ -131,9 +135,24 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
     let run = annotation_seconds(pod, fabrik_api::sim::RUN_SECONDS)
         .or_else(|| annotation_seconds(pod, fabrik_api::ANNOTATION_SIM_RUN_SECONDS))
         .or((policy != "Always").then_some(DEFAULT_RUN_SECONDS));
-    let started = first["state"]["running"]["startedAt"]
-        .as_str()
-        .and_then(|t| t.parse::<Timestamp>().ok())
+    // The run started when this kubelet recorded it, to the nanosecond, on a first run;
+    // else as the status says (whole seconds).
+    let precise = (first["restartCount"].as_u64().unwrap_or(0) == 0)
+        .then(|| {
+            pod.metadata
+                .annotations
+                .as_ref()?
+                .get(crate::metering::ANNOTATION_STARTED_AT)?
+                .parse::<Timestamp>()
+                .ok()
+        })
+        .flatten();
+    let started = precise
+        .or_else(|| {
+            first["state"]["running"]["startedAt"]
+                .as_str()
+                .and_then(|t| t.parse::<Timestamp>().ok())
+        })
         .or_else(|| {
             pod.status
                 .as_ref()
@@ -395,6 +414,13 @@ pub fn initializing_status(
 
 fn time(t: Timestamp) -> Value {
     serde_json::to_value(Time(t)).unwrap_or(Value::Null)
+}
+
+/// The merge patch recording `at` in the pod's annotation `key` (RFC 3339 with nanoseconds):
+/// when a GPU pod's app containers first started or stopped for good, for metering
+/// ([`crate::metering::ANNOTATION_STARTED_AT`], [`crate::metering::ANNOTATION_FINISHED_AT`]).
+pub fn run_annotation(key: &str, at: Timestamp) -> Value {
+    json!({"metadata": {"annotations": {key: at.to_string()}}})
 }
 
 /// The conditions of a running pod: Ready and ContainersReady as `ready` says.
@@ -841,6 +867,28 @@ mod tests {
         assert_eq!(step(&p, true, at(12)), Step::Crash(1));
         assert_eq!(backoff(2), SignedDuration::from_secs(20));
         assert_eq!(backoff(9), SignedDuration::from_secs(300));
+    }
+
+    #[test]
+    fn a_first_run_is_timed_from_the_precise_start() {
+        let mut p = running_since(
+            annotated(pod(), &[(fabrik_api::sim::RUN_SECONDS, "3")]),
+            "Never",
+            0,
+        );
+        let start = at(0) + SignedDuration::from_millis(900);
+        let patch = run_annotation(crate::metering::ANNOTATION_STARTED_AT, start);
+        let v = serde_json::to_value(&p).expect("pod");
+        p = serde_json::from_value(fabrik_machinery::patch::merge_patch(&v, &patch)).expect("pod");
+        assert_eq!(
+            patch["metadata"]["annotations"][crate::metering::ANNOTATION_STARTED_AT],
+            "2023-11-14T22:13:20.9Z"
+        );
+        // The status says 0 s; the containers started at 0.9 s and run 3 s.
+        let almost = at(3) + SignedDuration::from_millis(899);
+        assert_eq!(step(&p, true, almost), Step::Wait);
+        assert_eq!(step(&p, true, start + seconds(3.0)), Step::Exit(0));
+        assert_eq!(crate::metering::run_times(&p).0, Some(start));
     }
 
     #[test]

@@ -2,7 +2,10 @@
 //! and runs the pods bound to it — starts them (`Running`, Ready, a pod IP from the node's
 //! range, running container statuses), lets them exit when told to, and finishes their deletion
 //! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
-//! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods.
+//! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods: from their app
+//! containers' start to their stop, the instants of the passes that started and stopped them,
+//! which it also writes on GPU pods with nanoseconds
+//! ([`metering::ANNOTATION_STARTED_AT`], [`metering::ANNOTATION_FINISHED_AT`]).
 //!
 //! It renews the node's Lease in `kube-node-lease` ([`lease`]), the heartbeat a real host's node
 //! lifecycle controller needs to keep the node `Ready`.
@@ -249,16 +252,23 @@ impl Kubelet {
                 Step::Finish => self.finish(pod).await,
                 Step::Wait => Ok(()),
             };
+            let done = result.is_ok();
             if let Err(e) = result {
                 tracing::warn!(node = %name, error = %e, "pod step failed");
             }
+            // Metering: the pods whose app containers run (their devices stay held through
+            // a crash loop's back-off), up to now; those whose containers stopped now, up
+            // to now and no further.
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-            if step == Step::Wait && phase == Some("Running") {
-                usage.extend(metering::usages(
-                    pod,
-                    &self.config.gpu_model,
-                    self.config.utilization,
-                ));
+            if phase == Some("Running") {
+                let mut held =
+                    metering::usages(pod, &self.config.gpu_model, self.config.utilization);
+                if done && matches!(step, Step::Exit(_) | Step::Finish) {
+                    for u in &mut held {
+                        u.stopped = Some(now);
+                    }
+                }
+                usage.extend(held);
             }
         }
         // Pods deleted for good by someone else.
@@ -277,7 +287,7 @@ impl Kubelet {
             }
         }
         if let Some(meter) = &self.meter {
-            meter.observe(&name, usage);
+            meter.observe_at(&name, now, usage);
         }
         Ok(())
     }
@@ -317,6 +327,8 @@ impl Kubelet {
         } else {
             self.log_sidecars_started(pod, usize::MAX, now);
             self.log_app_started(pod, &ip, now);
+            self.record_run(pod, metering::ANNOTATION_STARTED_AT, now)
+                .await;
         }
         self.started.insert(uid, (ns, name, ip));
         Ok(())
@@ -359,8 +371,36 @@ impl Kubelet {
         } else {
             self.log_sidecars_started(pod, done, now);
             self.log_app_started(pod, &ip, now);
+            self.record_run(pod, metering::ANNOTATION_STARTED_AT, now)
+                .await;
         }
         Ok(())
+    }
+
+    /// Records on a GPU pod when its app containers first started or stopped for good
+    /// (`annotation`: [`metering::ANNOTATION_STARTED_AT`] or
+    /// [`metering::ANNOTATION_FINISHED_AT`]), with nanoseconds, unless it says so already: the
+    /// times the meter credits the pod between (the status's `startedAt` and `finishedAt`
+    /// hold whole seconds). Best effort: without it the meter reads the status.
+    async fn record_run(&self, pod: &Pod, annotation: &str, at: Timestamp) {
+        let recorded = pod
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(annotation));
+        if recorded || metering::usages(pod, "", 0.0).is_empty() {
+            return;
+        }
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        let patch = lifecycle::run_annotation(annotation, at);
+        if let Err(e) = pods
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::warn!(pod = %name, error = %e, "recording the containers' run time failed");
+        }
     }
 
     /// Logs the start of regular init container number `done` and of the sidecars declared
@@ -447,6 +487,8 @@ impl Kubelet {
         )
         .await
         .map_err(api(format!("completing pod {ns}/{name}")))?;
+        self.record_run(pod, metering::ANNOTATION_FINISHED_AT, now)
+            .await;
         for (c, _) in lifecycle::container_names(pod) {
             self.logs
                 .append(&ns, &name, &c, format!("{now} exited with code {code}"));

@@ -169,8 +169,29 @@ pub fn is_allocated(claim: &ResourceClaim) -> bool {
         .is_some_and(|s| s.allocation.is_some())
 }
 
-/// The devices of allocated claims, `(pool, device)`: in use by those claims.
-pub fn allocated_devices(claims: &[ResourceClaim]) -> Vec<(String, String)> {
+/// Whether a ResourceSlice is one a Fabrik node agent published (of whatever driver name it
+/// is configured with): the devices this scheduler hands out.
+pub fn is_node_agent_slice(s: &ResourceSlice) -> bool {
+    s.metadata
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(fabrik_api::LABEL_NODE_AGENT_SLICE))
+}
+
+/// The drivers of the node agents' slices.
+pub fn node_agent_drivers(slices: &[ResourceSlice]) -> BTreeSet<String> {
+    slices
+        .iter()
+        .filter(|s| is_node_agent_slice(s))
+        .map(|s| s.spec.driver.clone())
+        .collect()
+}
+
+/// The devices of `drivers` that allocated claims hold, `(pool, device)`: in use by them.
+pub fn allocated_devices(
+    claims: &[ResourceClaim],
+    drivers: &BTreeSet<String>,
+) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for c in claims {
         let results = c
@@ -181,7 +202,7 @@ pub fn allocated_devices(claims: &[ResourceClaim]) -> Vec<(String, String)> {
             .and_then(|d| d.results.as_deref())
             .unwrap_or_default();
         for r in results {
-            if r.driver == fabrik_api::DRA_DRIVER {
+            if drivers.contains(&r.driver) {
                 out.push((r.pool.clone(), r.device.clone()));
             }
         }
@@ -331,11 +352,12 @@ fn add_quantity_functions(ctx: &mut cel::Context<'_, '_>) -> Result<(), String> 
     Ok(())
 }
 
-/// The devices of the driver's slices, per node: `(node, pool, device)` with its CEL value.
+/// The devices of the node agents' slices, per node: `(node, pool, device)` with its CEL
+/// value.
 pub fn slice_devices(slices: &[ResourceSlice]) -> Vec<(String, String, Value)> {
     let mut out = Vec::new();
     for s in slices {
-        if s.spec.driver != fabrik_api::DRA_DRIVER {
+        if !is_node_agent_slice(s) {
             continue;
         }
         let Some(node) = s.spec.node_name.as_deref() else {
@@ -507,14 +529,28 @@ fn alternative(
     })
 }
 
-/// The claim's status once allocated `results` (`(request, device name)`) on `node`, reserved
-/// for the pod.
-pub fn allocated_status(node: &str, results: &[(String, String)], pod: &str, uid: &str) -> Value {
+/// The driver of each node's node-agent slice, by node name.
+pub fn drivers_by_node(slices: &[ResourceSlice]) -> BTreeMap<String, String> {
+    slices
+        .iter()
+        .filter(|s| is_node_agent_slice(s))
+        .filter_map(|s| Some((s.spec.node_name.clone()?, s.spec.driver.clone())))
+        .collect()
+}
+
+/// The claim's status once allocated `results` (`(request, device name)`) of `driver` on
+/// `node`, reserved for the pod.
+pub fn allocated_status(
+    driver: &str,
+    node: &str,
+    results: &[(String, String)],
+    pod: &str,
+    uid: &str,
+) -> Value {
     let results: Vec<Value> = results
         .iter()
         .map(|(request, device)| {
-            json!({"request": request, "driver": fabrik_api::DRA_DRIVER, "pool": node,
-                "device": device})
+            json!({"request": request, "driver": driver, "pool": node, "device": device})
         })
         .collect();
     json!({
@@ -545,7 +581,7 @@ mod tests {
 
     fn slice() -> ResourceSlice {
         serde_json::from_value(json!({
-            "metadata": {"name": "n1-gpu"},
+            "metadata": {"name": "n1-gpu", "labels": {"fabrik.dev/node-agent": "true"}},
             "spec": {"driver": fabrik_api::DRA_DRIVER, "nodeName": "n1",
                 "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
                 "devices": [
@@ -586,30 +622,30 @@ mod tests {
     #[test]
     fn class_and_request_selectors_choose_devices() {
         let gpu = class(
-            "gpu.fabrik.dev",
-            "device.driver == 'gpu.fabrik.dev' && device.attributes['gpu.fabrik.dev'].type == 'gpu'",
+            "gpu.nvidia.com",
+            "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'",
         );
-        let any = class("any.fabrik.dev", "device.driver == 'gpu.fabrik.dev'");
+        let any = class("any.fabrik.dev", "device.driver == 'gpu.nvidia.com'");
         let classes = BTreeMap::from([
-            ("gpu.fabrik.dev".to_string(), &gpu),
+            ("gpu.nvidia.com".to_string(), &gpu),
             ("any.fabrik.dev".to_string(), &any),
         ]);
         let devices = slice_devices(&[slice()]);
         let mut sel = Selectors::default();
-        let c = claim(json!([{"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev"}}]));
+        let c = claim(json!([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com"}}]));
         let n = need(&c, &classes, &devices, &mut sel).expect("need");
         assert_eq!(matching(&n), vec![vec!["gpu-0".to_string()]]);
         // Capacity with upstream's quantity functions.
         let c = claim(
             json!([{"name": "g", "exactly": {"deviceClassName": "any.fabrik.dev",
             "selectors": [{"cel": {"expression":
-                "device.capacity['gpu.fabrik.dev'].memory.compareTo(quantity('40Gi')) < 0"}}]}}]),
+                "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) < 0"}}]}}]),
         );
         let n = need(&c, &classes, &devices, &mut sel).expect("need");
         assert_eq!(matching(&n), vec![vec!["gpu-1-mig-0".to_string()]]);
         // firstAvailable keeps its order.
         let c = claim(json!([{"name": "g", "firstAvailable": [
-            {"name": "big", "deviceClassName": "gpu.fabrik.dev", "count": 2},
+            {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 2},
             {"name": "small", "deviceClassName": "any.fabrik.dev"}]}]));
         let n = need(&c, &classes, &devices, &mut sel).expect("need");
         assert_eq!(matching(&n).len(), 2);
@@ -622,27 +658,27 @@ mod tests {
 
     #[test]
     fn bad_claims_say_why() {
-        let gpu = class("gpu.fabrik.dev", "device.driver == 'gpu.fabrik.dev'");
-        let classes = BTreeMap::from([("gpu.fabrik.dev".to_string(), &gpu)]);
+        let gpu = class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'");
+        let classes = BTreeMap::from([("gpu.nvidia.com".to_string(), &gpu)]);
         let devices = slice_devices(&[slice()]);
         let mut sel = Selectors::default();
         let missing = claim(json!([{"name": "g", "exactly": {"deviceClassName": "nope"}}]));
         let e = need(&missing, &classes, &devices, &mut sel).expect_err("no class");
         assert!(e.contains("\"nope\" does not exist"), "{e}");
         let broken = claim(
-            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev",
+            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
             "selectors": [{"cel": {"expression": "device.attributes['x'].y +"}}]}}]),
         );
         let e = need(&broken, &classes, &devices, &mut sel).expect_err("bad cel");
         assert!(e.contains("did not compile"), "{e}");
         let failing = claim(
-            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev",
+            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
             "selectors": [{"cel": {"expression": "device.attributes['other.dev'].x == 1"}}]}}]),
         );
         let e = need(&failing, &classes, &devices, &mut sel).expect_err("no such domain");
         assert!(e.contains("request \"g\""), "{e}");
         let too_many = claim(
-            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev",
+            json!([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
             "count": 1000}}]),
         );
         assert!(need(&too_many, &classes, &devices, &mut sel).is_err());
@@ -674,6 +710,7 @@ mod tests {
     fn allocation_names_its_node() {
         let mut c = claim(json!([]));
         c.status = serde_json::from_value(allocated_status(
+            fabrik_api::DRA_DRIVER,
             "n1",
             &[("g".into(), "gpu-0".into())],
             "p",
@@ -683,9 +720,18 @@ mod tests {
         assert!(is_allocated(&c));
         assert!(reserved_for(&c, "u1"));
         assert_eq!(allocation_node(&c).as_deref(), Some("n1"));
+        let ours = node_agent_drivers(&[slice()]);
         assert_eq!(
-            allocated_devices(&[c]),
+            allocated_devices(&[c.clone()], &ours),
             vec![("n1".to_string(), "gpu-0".to_string())]
         );
+        // Another driver's devices are not this scheduler's.
+        assert!(allocated_devices(&[c], &BTreeSet::from(["other.example.com".into()])).is_empty());
+        // Nor are the devices of a slice no node agent published.
+        let mut foreign = slice();
+        foreign.metadata.labels = None;
+        assert!(slice_devices(&[foreign.clone()]).is_empty());
+        assert!(drivers_by_node(&[foreign]).is_empty());
+        assert_eq!(drivers_by_node(&[slice()])["n1"], fabrik_api::DRA_DRIVER);
     }
 }

@@ -163,8 +163,9 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         &nodes,
         &slices,
         &pods,
-        &claims::allocated_devices(&all_claims),
+        &claims::allocated_devices(&all_claims, &claims::node_agent_drivers(&slices)),
     );
+    let drivers = claims::drivers_by_node(&slices);
     let claim_index: BTreeMap<String, &ResourceClaim> = all_claims
         .iter()
         .map(|c| {
@@ -218,7 +219,7 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         let key = format!("{}/{}", req.namespace, req.name);
         match outcome {
             Outcome::Bind(placement) => {
-                match bind(client, &views, &claim_index, req, &placement).await {
+                match bind(client, &views, &claim_index, &drivers, req, &placement).await {
                     Ok(()) => {
                         reported.remove(&key);
                         bound += 1;
@@ -316,6 +317,7 @@ async fn reserve_claims(
     client: &Client,
     view: Option<&model::NodeView>,
     claim_index: &BTreeMap<String, &ResourceClaim>,
+    drivers: &BTreeMap<String, String>,
     req: &model::PodRequest,
     placement: &fit::Placement,
 ) -> Result<Vec<usize>> {
@@ -343,7 +345,11 @@ async fn reserve_claims(
                     })
                     .collect();
                 used.extend(alloc.results.iter().map(|(_, i)| *i));
-                claims::allocated_status(&placement.node, &results, &req.name, &req.uid)
+                let driver = drivers
+                    .get(&placement.node)
+                    .map(String::as_str)
+                    .unwrap_or(fabrik_api::DRA_DRIVER);
+                claims::allocated_status(driver, &placement.node, &results, &req.name, &req.uid)
             }
             claims::ClaimNeed::Allocated { .. } => {
                 let status = claim.status.clone().unwrap_or_default();
@@ -384,12 +390,13 @@ async fn bind(
     client: &Client,
     views: &[model::NodeView],
     claim_index: &BTreeMap<String, &ResourceClaim>,
+    drivers: &BTreeMap<String, String>,
     req: &model::PodRequest,
     placement: &fit::Placement,
 ) -> Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), &req.namespace);
     let view = views.iter().find(|v| v.name == placement.node);
-    let claimed = reserve_claims(client, view, claim_index, req, placement).await?;
+    let claimed = reserve_claims(client, view, claim_index, drivers, req, placement).await?;
     let pick = |idx: &[usize]| -> Vec<&model::GpuDevice> {
         view.map(|v| idx.iter().filter_map(|&i| v.devices.get(i)).collect())
             .unwrap_or_default()

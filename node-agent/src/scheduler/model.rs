@@ -314,7 +314,7 @@ pub fn nodes(
         })
         .collect();
     for s in slices {
-        if s.spec.driver != fabrik_api::DRA_DRIVER {
+        if !super::claims::is_node_agent_slice(s) {
             continue;
         }
         let Some(node) = s.spec.node_name.as_deref() else {

@@ -344,7 +344,7 @@ mod tests {
         let claim = |name: &str, n: i64| {
             json!({"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
                 "metadata": {"name": name}, "spec": {"devices": {"requests": [
-                    {"name": "g", "exactly": {"deviceClassName": "gpu.fabrik.dev", "count": n}}]}}})
+                    {"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": n}}]}}})
         };
         let claims = reg
             .catalog()

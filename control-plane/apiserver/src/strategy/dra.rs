@@ -242,8 +242,8 @@ mod tests {
     fn claims_are_checked_as_upstream() {
         let s = DraStrategy(DraKind::Claim);
         let ok = json!({"spec": {"devices": {"requests": [
-            {"name": "gpu", "exactly": {"deviceClassName": "gpu.fabrik.dev", "count": 2,
-                "selectors": [{"cel": {"expression": "device.driver == 'gpu.fabrik.dev'"}}]}},
+            {"name": "gpu", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2,
+                "selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]}},
             {"name": "any", "firstAvailable": [
                 {"name": "a", "deviceClassName": "x", "allocationMode": "All"}]}]}}});
         assert!(s.validate(&ok).is_empty(), "{:?}", s.validate(&ok));
