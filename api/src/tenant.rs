@@ -120,9 +120,10 @@ pub struct TenantIsolation {
     /// the Gateway's listeners must also allow routes from the tenant's host namespace.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gateways: Vec<String>,
-    /// Hostnames the tenant's synced routes may claim on those Gateways; `*.example.com`
-    /// allows every name under `example.com`. A route naming no hostname gets these on the
-    /// host. Empty: whatever the Gateways' listeners accept.
+    /// Hostnames the tenant's synced Ingresses and routes may claim on shared ingress
+    /// controllers and Gateways; `*.example.com` allows every name under `example.com`. A route
+    /// naming no hostname gets these on the host; an Ingress rule without a host is refused.
+    /// Empty: whatever the controllers and Gateways' listeners accept.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub route_hostnames: Vec<String>,
     /// DNS names the tenant's `ExternalName` Services may point at (none by default). An entry

@@ -23,6 +23,11 @@
 //! `Prefix`), and further: no whitespace, control characters, quotes, `;`, `{`, `}` or `\` in a
 //! path (an ingress controller may paste paths into its server configuration). A rule or path
 //! that fails is left out of the host copy.
+//!
+//! Hostnames on a shared ingress controller: with the Tenant's `isolation.routeHostnames` set
+//! (the names its Ingresses and Gateway API routes may claim), a rule's or TLS entry's host
+//! must be under it, and a rule without a host (every hostname of the controller) or a
+//! default backend is refused — so that a tenant cannot take another's traffic.
 
 use serde_json::{json, Map, Value};
 
@@ -115,6 +120,25 @@ fn path_type(p: &Value) -> &str {
     p["pathType"].as_str().unwrap_or("ImplementationSpecific")
 }
 
+/// Why a host may not be claimed under the Tenant's `routeHostnames`, if it may not; a rule
+/// without a host (`None`) claims every hostname.
+fn claim_error(host: Option<&str>, policy: &Policy) -> Option<String> {
+    if policy.route_hostnames.is_empty() {
+        return None;
+    }
+    let names = policy.route_hostnames.join(", ");
+    match host {
+        None => Some(format!(
+            "Forbidden: a rule without a host claims every hostname of the ingress controller; \
+             this tenant may claim only {names}"
+        )),
+        Some(h) if !policy.allows_route_hostname(h) => Some(format!(
+            "Forbidden: {h:?} is not a hostname this tenant may claim ({names})"
+        )),
+        Some(_) => None,
+    }
+}
+
 /// Checks a tenant Ingress that will be synced; `Err` lists every refused field.
 pub fn check_ingress(ing: &Value, policy: &Policy) -> Result<(), Vec<String>> {
     let mut errs = Vec::new();
@@ -122,11 +146,19 @@ pub fn check_ingress(ing: &Value, policy: &Policy) -> Result<(), Vec<String>> {
         errs.push(e);
     }
     let spec = &ing["spec"];
+    if !spec["defaultBackend"].is_null() {
+        if let Some(why) = claim_error(None, policy) {
+            errs.push(format!("spec.defaultBackend: {why}"));
+        }
+    }
     for (i, r) in spec["rules"].as_array().into_iter().flatten().enumerate() {
         if let Some(h) = r["host"].as_str() {
             if let Some(why) = host_error(h) {
                 errs.push(format!("spec.rules[{i}].host: Invalid value: {h:?}: {why}"));
             }
+        }
+        if let Some(why) = claim_error(r["host"].as_str(), policy) {
+            errs.push(format!("spec.rules[{i}].host: {why}"));
         }
         for (j, p) in r["http"]["paths"]
             .as_array()
@@ -149,6 +181,8 @@ pub fn check_ingress(ing: &Value, policy: &Policy) -> Result<(), Vec<String>> {
                 errs.push(format!(
                     "spec.tls[{i}].hosts[{j}]: Invalid value: {h:?}: {why}"
                 ));
+            } else if let Some(why) = claim_error(Some(h), policy) {
+                errs.push(format!("spec.tls[{i}].hosts[{j}]: {why}"));
             }
         }
     }
@@ -181,14 +215,17 @@ pub fn host_ingress(ing: &Value, tenant: &str, policy: &Policy) -> Option<Value>
     let mut out = Map::new();
     let class = ingress_class(ing, policy).ok()?;
     out.insert("ingressClassName".into(), json!(class));
-    if let Some(b) = backend(&spec["defaultBackend"], ns, tenant) {
-        out.insert("defaultBackend".into(), b);
+    if claim_error(None, policy).is_none() {
+        if let Some(b) = backend(&spec["defaultBackend"], ns, tenant) {
+            out.insert("defaultBackend".into(), b);
+        }
     }
     let rules: Vec<Value> = spec["rules"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|r| r["host"].as_str().is_none_or(|h| host_error(h).is_none()))
+        .filter(|r| claim_error(r["host"].as_str(), policy).is_none())
         .map(|r| {
             let mut rule = Map::new();
             if let Some(h) = r["host"].as_str() {
@@ -232,7 +269,7 @@ pub fn host_ingress(ing: &Value, tenant: &str, policy: &Policy) -> Option<Value>
                 let hosts: Vec<&str> = hosts
                     .iter()
                     .filter_map(Value::as_str)
-                    .filter(|h| host_error(h).is_none())
+                    .filter(|h| host_error(h).is_none() && claim_error(Some(h), policy).is_none())
                     .collect();
                 o.insert("hosts".into(), json!(hosts));
             }
@@ -451,6 +488,58 @@ mod tests {
         let mut wildcard = ingress(Some("c"), None);
         wildcard["spec"]["rules"][0]["host"] = json!("*.shop.example.com");
         assert_eq!(check_ingress(&wildcard, &policy), Ok(()));
+    }
+
+    #[test]
+    fn hostnames_are_kept_to_the_tenants_on_a_shared_controller() {
+        let policy = Policy {
+            ingress_classes: vec!["shared".into()],
+            route_hostnames: vec!["*.acme.example.com".into()],
+            ..Default::default()
+        };
+        let ing = json!({"metadata": {"name": "web", "namespace": "shop", "uid": "u"},
+        "spec": {
+            "defaultBackend": {"service": {"name": "all", "port": {"number": 80}}},
+            "rules": [
+                {"host": "web.acme.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}},
+                {"host": "bank.example.com", "http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}},
+                {"http": {"paths": [{"path": "/", "pathType": "Prefix",
+                    "backend": {"service": {"name": "web", "port": {"number": 80}}}}]}}
+            ],
+            "tls": [{"hosts": ["web.acme.example.com", "bank.example.com"], "secretName": "t"}]
+        }});
+        let errs = check_ingress(&ing, &policy).expect_err("refused");
+        let fields: Vec<&str> = errs
+            .iter()
+            .map(|e| e.split(':').next().unwrap_or(""))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.defaultBackend",
+                "spec.rules[1].host",
+                "spec.rules[2].host",
+                "spec.tls[0].hosts[1]"
+            ],
+            "{errs:?}"
+        );
+        let h = host_ingress(&ing, "acme", &policy).expect("a host Ingress");
+        let text = h.to_string();
+        assert!(!text.contains("bank.example.com"), "{text}");
+        assert!(h["spec"]["defaultBackend"].is_null(), "{text}");
+        assert_eq!(
+            h["spec"]["rules"].as_array().map(Vec::len),
+            Some(1),
+            "{text}"
+        );
+        // Without a list, the controller's own configuration decides, as before.
+        let open = Policy {
+            ingress_classes: vec!["shared".into()],
+            ..Default::default()
+        };
+        assert_eq!(check_ingress(&ing, &open), Ok(()));
     }
 
     #[test]

@@ -229,7 +229,7 @@ fn spec_attrs(mode: Mode) -> Vec<Attr> {
             strings("external_names", m(O), "DNS names the tenant's `ExternalName` Services may point at (none by default); `*.example.com` allows every name under `example.com`."),
             strings("webhook_targets", m(O), "Where the tenant's `url` admission webhooks may call (none by default): DNS names, `*.example.com`, IP addresses or CIDRs. Loopback, link-local and the control plane's addresses are never called; private ranges only where an entry names them."),
             strings("gateways", m(O), "Host Gateways (`namespace/name`) the tenant's synced HTTPRoutes and GRPCRoutes may attach to (none by default)."),
-            strings("route_hostnames", m(O), "Hostnames the tenant's synced routes may claim (`*.example.com` for every name under it); a route naming none gets these. Empty: whatever the Gateways' listeners accept."),
+            strings("route_hostnames", m(O), "Hostnames the tenant's synced Ingresses and routes may claim (`*.example.com` for every name under it); a route naming none gets these, an Ingress rule without a host is refused. Empty: whatever the controllers and Gateways accept."),
         ]), m(O), "Where and how the tenant's pods run."),
         Attr::new("network", Kind::Nested(vec![
             number("segment", m(O), "Segment identifier (a VXLAN VNI or VLAN id on the fast fabric)."),
