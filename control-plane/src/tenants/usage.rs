@@ -14,7 +14,9 @@
 //! shards, a replica writes only the tenants it runs.
 //!
 //! The summed counters are also kept over time ([`History`], per tenant, namespace, model and
-//! partition) for the OpenCost-shaped allocation export ([`History::allocation`]).
+//! partition) for the OpenCost-shaped allocation export ([`History::allocation`]), whose
+//! windows are exact at their edges: the counters there are interpolated between the records
+//! around each edge (`node_agent::metering::opencost::allocation_over`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -42,7 +44,7 @@ use tokio::sync::Notify;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// The export's `window` is not understood.
-    #[error("invalid window {0:?}: use a duration (30m, 6h, 1d) or `<RFC 3339>,<RFC 3339>`")]
+    #[error("invalid window {0:?}: use a duration (30s, 30m, 6h, 1d) or `<RFC 3339>,<RFC 3339>`")]
     Window(String),
     /// The allocation could not be computed.
     #[error(transparent)]
@@ -179,20 +181,44 @@ impl RateLimiter {
 
 /// The nodes' counters summed over time, for windows of the allocation export: per tenant,
 /// namespace, GPU model and partition (pods folded), one entry per [`History::spacing`] at
-/// most, for [`History::retention`].
+/// most, for [`History::retention`]. Between two entries the counters are taken to grow
+/// linearly; a quiet stretch (counters unchanged for a spacing or more) is kept as two entries
+/// with the same counters, so that the growth after it is not spread over it.
 #[derive(Debug)]
 pub struct History {
-    entries: Mutex<VecDeque<(DateTime<Utc>, Snapshot)>>,
+    entries: Mutex<Entries>,
     /// Minimum time between kept entries (the last entry is replaced in between).
     pub spacing: chrono::Duration,
     /// How long entries are kept.
     pub retention: chrono::Duration,
 }
 
+/// The entries of a [`History`].
+#[derive(Debug, Default)]
+struct Entries {
+    /// Counters at increasing times.
+    list: VecDeque<(DateTime<Utc>, Snapshot)>,
+    /// The latest time the counters were seen unchanged since the last entry.
+    unchanged: Option<DateTime<Utc>>,
+}
+
+impl Entries {
+    /// Appends an entry; one less than `spacing` after the entry before the last replaces
+    /// the last.
+    fn push(&mut self, at: DateTime<Utc>, counters: Snapshot, spacing: chrono::Duration) {
+        let e = &mut self.list;
+        let len = e.len();
+        if len >= 2 && at - e[len - 2].0 < spacing {
+            e.pop_back();
+        }
+        e.push_back((at, counters));
+    }
+}
+
 impl Default for History {
     fn default() -> History {
         History {
-            entries: Mutex::new(VecDeque::new()),
+            entries: Mutex::new(Entries::default()),
             spacing: chrono::Duration::minutes(1),
             retention: chrono::Duration::days(2),
         }
@@ -216,7 +242,8 @@ pub fn folded(docs: &[NodeGpuUsage]) -> Snapshot {
     Snapshot { totals }
 }
 
-/// A window of the export: `30m`, `6h`, `2d` (ending now) or `<start>,<end>` in RFC 3339.
+/// A window of the export: `30s`, `30m`, `6h`, `2d` (ending now) or `<start>,<end>` in
+/// RFC 3339.
 pub fn parse_window(
     window: &str,
     now: DateTime<Utc>,
@@ -234,6 +261,7 @@ pub fn parse_window(
     let unit = w.chars().last().ok_or_else(bad)?;
     let n: i64 = w[..w.len() - unit.len_utf8()].parse().map_err(|_| bad())?;
     let length = match unit {
+        's' => chrono::Duration::try_seconds(n),
         'm' => chrono::Duration::try_minutes(n),
         'h' => chrono::Duration::try_hours(n),
         'd' => chrono::Duration::try_days(n),
@@ -245,7 +273,7 @@ pub fn parse_window(
 }
 
 impl History {
-    fn with<R>(&self, f: impl FnOnce(&mut VecDeque<(DateTime<Utc>, Snapshot)>) -> R) -> R {
+    fn with<R>(&self, f: impl FnOnce(&mut Entries) -> R) -> R {
         let mut guard = match self.entries.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -257,35 +285,29 @@ impl History {
     pub fn record(&self, at: DateTime<Utc>, counters: Snapshot) {
         let (spacing, retention) = (self.spacing, self.retention);
         self.with(|e| {
-            if e.back().is_some_and(|(_, s)| *s == counters) {
-                return;
+            let last = e.list.back().map(|(t, s)| (*t, s.clone()));
+            if let Some((last_at, last)) = last {
+                if last == counters {
+                    e.unchanged = Some(at);
+                    return;
+                }
+                // Unchanged for a spacing or more: flat until it was last seen so.
+                if let Some(quiet) = e.unchanged.take().filter(|q| *q - last_at >= spacing) {
+                    e.push(quiet, last, spacing);
+                }
             }
-            let len = e.len();
-            let close = len >= 2 && at - e[len - 2].0 < spacing;
-            if close {
-                e.pop_back();
+            e.unchanged = None;
+            e.push(at, counters, spacing);
+            while e.list.front().is_some_and(|(t, _)| at - *t > retention) {
+                e.list.pop_front();
             }
-            e.push_back((at, counters));
-            while e.front().is_some_and(|(t, _)| at - *t > retention) {
-                e.pop_front();
-            }
-        })
-    }
-
-    /// The latest counters recorded at or before `t`, else the earliest recorded.
-    fn at(&self, t: DateTime<Utc>) -> Option<(DateTime<Utc>, Snapshot)> {
-        self.with(|e| {
-            e.iter()
-                .rev()
-                .find(|(at, _)| *at <= t)
-                .or_else(|| e.front())
-                .cloned()
         })
     }
 
     /// The OpenCost-shaped allocation (aggregated by namespace, one per tenant) of the
-    /// GPU-hours used in `window`. The window is cut to what is recorded: its start is the
-    /// time of the latest entry at or before the requested start (or the earliest entry).
+    /// GPU-hours used in `window`: the counters at its start and end interpolated between the
+    /// entries around each (never an earlier entry for the start), the window cut to what is
+    /// recorded (the answer's `start` and `end` say what it covers).
     pub fn allocation(
         &self,
         window: &str,
@@ -297,17 +319,10 @@ impl History {
         if end < start {
             return Err(opencost::Error::Window { start, end }.into());
         }
-        let empty = (start, Snapshot::default());
-        let (t0, s0) = self.at(start).unwrap_or_else(|| empty.clone());
-        let (_, s1) = self.at(end).unwrap_or(empty);
-        Ok(opencost::allocation(
-            &s0,
-            &s1,
-            t0.max(start).min(end),
-            end,
-            prices,
-            cluster,
-        )?)
+        let out = self.with(|e| {
+            opencost::allocation_over(e.list.make_contiguous(), start, end, prices, cluster)
+        })?;
+        Ok(out)
     }
 }
 
@@ -620,6 +635,10 @@ mod tests {
             (at("2025-01-01T11:30:00Z"), now)
         );
         assert_eq!(
+            parse_window("30s", now).expect("30s").0,
+            at("2025-01-01T11:59:30Z")
+        );
+        assert_eq!(
             parse_window("1d", now).expect("1d").0,
             at("2024-12-31T12:00:00Z")
         );
@@ -640,17 +659,18 @@ mod tests {
         h.record(at("2025-01-01T10:00:20Z"), snap(900.0));
         // Within a minute of the entry before the last: replaces the last.
         h.record(at("2025-01-01T10:00:40Z"), snap(1800.0));
-        assert_eq!(h.with(|e| e.len()), 2);
-        // Unchanged: nothing recorded.
+        assert_eq!(h.with(|e| e.list.len()), 2);
+        // Unchanged: nothing recorded, until it changes: then flat until 11:00.
         h.record(at("2025-01-01T11:00:00Z"), snap(1800.0));
+        assert_eq!(h.with(|e| e.list.len()), 2);
         h.record(at("2025-01-01T11:30:00Z"), snap(2700.0));
         h.record(at("2025-01-01T12:00:00Z"), snap(3600.0));
-        assert_eq!(h.with(|e| e.len()), 4);
+        assert_eq!(h.with(|e| e.list.len()), 5);
         let now = at("2025-01-01T12:00:00Z");
         let out = h
             .allocation("1h", now, &Prices::default(), "fabrik")
             .expect("allocation");
-        // From the 10:00:40 entry: 1800 s more on each node.
+        // From the counters at 11:00 (flat since 10:00:40): 1800 s more on each node.
         let a = &out["data"][0]["fabrik-a"];
         assert_eq!(a["gpuHours"], 1.0);
         assert_eq!(a["totalEfficiency"], 0.25);
@@ -678,5 +698,53 @@ mod tests {
             .allocation("7d", now, &Prices::default(), "c")
             .expect("allocation");
         assert_eq!(out["data"][0]["fabrik-a"]["start"], "2025-01-01T10:00:00Z");
+        // A window inside the quiet stretch used nothing; one across its end only what came
+        // after it.
+        let out = h
+            .allocation(
+                "2025-01-01T10:10:00Z,2025-01-01T10:50:00Z",
+                now,
+                &Prices::default(),
+                "fabrik",
+            )
+            .expect("allocation");
+        assert_eq!(out["data"][0]["fabrik-a"]["gpuHours"], 0.0);
+        let out = h
+            .allocation(
+                "2025-01-01T10:30:00Z,2025-01-01T11:15:00Z",
+                now,
+                &Prices::default(),
+                "fabrik",
+            )
+            .expect("allocation");
+        // 11:00 to 11:15: half of 900 s more on each node.
+        assert_eq!(out["data"][0]["fabrik-a"]["gpuHours"], 0.25);
+    }
+
+    #[test]
+    fn windows_inside_a_steady_run_report_the_steady_gpu_count() {
+        // 8 GPUs held on one node from 10:00, published every 15 s, recorded 0.3 s later.
+        let h = History::default();
+        let t0 = at("2025-01-01T10:00:00Z");
+        let ms = chrono::Duration::milliseconds;
+        for i in 0..=40 {
+            let published = 15.0 * f64::from(i);
+            h.record(
+                t0 + ms(i64::from(i) * 15_000 + 300),
+                folded(&[doc("n0", "a", 8.0 * published, 0.0)]),
+            );
+        }
+        // At the last record and between records (the window then ends at the last one).
+        for now in [t0 + ms(600_300), t0 + ms(607_000)] {
+            for window in ["30s", "1m", "2m"] {
+                let out = h
+                    .allocation(window, now, &Prices::default(), "fabrik")
+                    .expect("allocation");
+                let count = out["data"][0]["fabrik-a"]["gpuCount"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                assert!((count / 8.0 - 1.0).abs() < 0.01, "{window}: {count}");
+            }
+        }
     }
 }

@@ -4,6 +4,11 @@
 //! and only when it changed. The control plane sums these into `Tenant.status.usage` and
 //! serves them as an OpenCost allocation.
 //!
+//! Values are the meter's device-seconds, to the millisecond (`allocated`, `utilized`: a whole
+//! GPU, a MIG device or a shared slice counts 1 per second, a time-sliced pod its share of its
+//! GPU; see [`super`]); whole-GPU equivalents follow from each series' `partition`
+//! ([`super::gpu_fraction`]).
+//!
 //! Counters survive a restart of the agent: before its first write for a node, the publisher
 //! reads the node's ConfigMap back and adds what it holds to the meter
 //! ([`Meter::restore`]), so published counters never go back.
