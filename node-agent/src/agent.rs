@@ -88,6 +88,15 @@ struct NetworkReport {
 }
 
 impl Agent {
+    /// The mode of the layout in force (`whole` before any).
+    fn layout_mode(&self) -> String {
+        self.state
+            .target
+            .as_ref()
+            .map(|t| t.mode.clone())
+            .unwrap_or_else(|| "whole".into())
+    }
+
     /// Builds the agent, loading its state file.
     pub fn new(client: Client, config: Config, backend: Box<dyn GpuBackend>) -> Result<Agent> {
         let state = state::load(&state::path(&config.state_dir))?;
@@ -199,7 +208,17 @@ impl Agent {
         if let Some(meter) = &self.meter {
             let utilization = self.backend.utilization();
             let model = gpus.first().map(|g| g.model.name).unwrap_or("");
-            let usage = metering::node_usages(&node_pods, &uuids, &utilization, model);
+            let mut usage = metering::node_usages(&node_pods, &uuids, &utilization, model);
+            let labels = inventory::compute(
+                &gpus,
+                &self.state.applied,
+                &self.state.unhealthy,
+                &self.layout_mode(),
+            )
+            .labels;
+            if let Some(profile) = metering::single_mig_profile(&labels) {
+                metering::as_single_mig(&mut usage, &profile);
+            }
             meter.observe(&name, usage);
         }
         let network = self.segments(&events, &node_pods).await?;
@@ -241,13 +260,12 @@ impl Agent {
 
         // Inventory.
         let gpus = self.backend.inventory()?;
-        let mode = self
-            .state
-            .target
-            .as_ref()
-            .map(|t| t.mode.clone())
-            .unwrap_or_else(|| "whole".into());
-        let inv = inventory::compute(&gpus, &self.state.applied, &self.state.unhealthy, &mode);
+        let inv = inventory::compute(
+            &gpus,
+            &self.state.applied,
+            &self.state.unhealthy,
+            &self.layout_mode(),
+        );
         let status_doc = json!({
             "state": outcome.phase.as_str(),
             "reason": outcome.reason,

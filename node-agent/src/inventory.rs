@@ -139,6 +139,8 @@ pub fn compute(
 ) -> Inventory {
     let mut inv = Inventory::default();
     let islands = nvlink_islands(gpus);
+    // NVIDIA's single MIG strategy: the one profile's devices are `nvidia.com/gpu`.
+    let single = mode == crate::layout::MODE_MIG_SINGLE;
     for g in gpus {
         let healthy = !unhealthy.contains_key(&g.index);
         let island = islands.iter().position(|i| i.contains(&g.index));
@@ -168,7 +170,12 @@ pub fn compute(
                     capacity: Some(memory(mib)),
                     ..Default::default()
                 };
-                publish(&mut inv, format!("nvidia.com/mig-{}", m.profile), 1, device);
+                let resource = if single {
+                    fabrik_api::RESOURCE_GPU.to_string()
+                } else {
+                    format!("nvidia.com/mig-{}", m.profile)
+                };
+                publish(&mut inv, resource, 1, device);
             }
             continue;
         }
@@ -251,7 +258,7 @@ pub fn compute(
         .insert(fabrik_api::LABEL_GPU_COUNT.into(), gpus.len().to_string());
     inv.labels
         .insert(fabrik_api::LABEL_GPU_LAYOUT_MODE.into(), mode.to_string());
-    inv.labels.extend(feature_labels(gpus, applied));
+    inv.labels.extend(feature_labels(gpus, applied, single));
     inv
 }
 
@@ -259,12 +266,14 @@ pub fn compute(
 /// `gpu.product`, `gpu.count`, `gpu.memory`, `gpu.family`, `gpu.compute.major|minor`,
 /// `mig.capable`, `mig.strategy`, `gpu.replicas`, `gpu.sharing-strategy`), so that workloads
 /// and charts written for it select these nodes. The product is the first GPU's, with spaces
-/// as dashes and `-SHARED` when its GPUs are time-sliced, as GFD renames them; MIG devices are
-/// published with the mixed strategy's names (`nvidia.com/mig-<profile>`). No driver or CUDA
-/// version labels: nothing here knows them.
+/// as dashes and `-SHARED` when its GPUs are time-sliced, as GFD renames them. MIG devices
+/// follow the node's strategy: mixed (`nvidia.com/mig-<profile>`, `mig.strategy=mixed`) or
+/// `single` (`nvidia.com/gpu`; the product `<product>-MIG-<profile>`, the count and memory the
+/// MIG devices', as GFD labels them). No driver or CUDA version labels: nothing here knows them.
 pub fn feature_labels(
     gpus: &[GpuInfo],
     applied: &BTreeMap<u32, GpuTarget>,
+    single: bool,
 ) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
     let Some(first) = gpus.first() else {
@@ -285,6 +294,18 @@ pub fn feature_labels(
         product.push_str("-SHARED");
     }
     let (major, minor) = first.model.compute_capability;
+    let mut count = gpus.len();
+    let mut memory = first.memory_mib;
+    let mig_profile = gpus.iter().flat_map(|g| g.mig.iter()).next();
+    if let (true, Some(m)) = (single, mig_profile) {
+        product = format!("{product}-MIG-{}", m.profile);
+        count = gpus.iter().map(|g| g.mig.len()).sum();
+        memory = first
+            .model
+            .profile(&m.profile)
+            .map(|p| p.memory_mib)
+            .unwrap_or(memory);
+    }
     let sharing = if replicas > 1 {
         "time-slicing"
     } else if shared {
@@ -295,8 +316,8 @@ pub fn feature_labels(
     for (k, v) in [
         ("nvidia.com/gpu.present", "true".to_string()),
         ("nvidia.com/gpu.product", product),
-        ("nvidia.com/gpu.count", gpus.len().to_string()),
-        ("nvidia.com/gpu.memory", first.memory_mib.to_string()),
+        ("nvidia.com/gpu.count", count.to_string()),
+        ("nvidia.com/gpu.memory", memory.to_string()),
         (
             "nvidia.com/gpu.family",
             first.model.architecture.to_string(),
@@ -309,10 +330,12 @@ pub fn feature_labels(
         ),
         (
             "nvidia.com/mig.strategy",
-            if gpus.iter().any(|g| g.mig_enabled) {
-                "mixed"
-            } else {
+            if !gpus.iter().any(|g| g.mig_enabled) {
                 "none"
+            } else if single {
+                "single"
+            } else {
+                "mixed"
             }
             .to_string(),
         ),
@@ -415,6 +438,36 @@ mod tests {
             attrs["cudaComputeCapability"].version.as_deref(),
             Some("9.0.0")
         );
+    }
+
+    #[test]
+    fn the_single_mig_strategy_publishes_mig_devices_as_gpus() {
+        let inv = compute(
+            &gpus(),
+            &BTreeMap::new(),
+            &BTreeMap::new(),
+            crate::layout::MODE_MIG_SINGLE,
+        );
+        let mixed = compute(&gpus(), &BTreeMap::new(), &BTreeMap::new(), "mig");
+        let migs = mixed.capacity["nvidia.com/mig-3g.71gb"];
+        assert_eq!(
+            inv.capacity["nvidia.com/gpu"],
+            mixed.capacity["nvidia.com/gpu"] + migs
+        );
+        assert!(!inv.capacity.contains_key("nvidia.com/mig-3g.71gb"));
+        assert_eq!(inv.labels["nvidia.com/mig.strategy"], "single");
+        assert_eq!(
+            inv.labels["nvidia.com/gpu.product"],
+            "NVIDIA-H200-MIG-3g.71gb"
+        );
+        assert_eq!(inv.labels["nvidia.com/gpu.count"], migs.to_string());
+        assert_eq!(mixed.labels["nvidia.com/mig.strategy"], "mixed");
+        // Metered as the MIG devices they are.
+        assert_eq!(
+            crate::metering::single_mig_profile(&inv.labels).as_deref(),
+            Some("3g.71gb")
+        );
+        assert_eq!(crate::metering::single_mig_profile(&mixed.labels), None);
     }
 
     #[test]

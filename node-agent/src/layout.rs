@@ -8,6 +8,9 @@
 //! mode: whole                      # every GPU whole
 //! ---
 //! mode: mig
+//! strategy: mixed                  # NVIDIA's MIG strategy: mixed (nvidia.com/mig-<profile>,
+//!                                  # the default) or single (one profile on every GPU,
+//!                                  # published as nvidia.com/gpu)
 //! geometry: all-1g.18gb            # default for every GPU (or all-balanced)
 //! perGpu:                          # optional overrides, by GPU index
 //!   "3": [3g.71gb, 4g.71gb]        # a list of profiles …
@@ -67,6 +70,9 @@ pub enum Layout {
         /// Per-GPU geometry (name) or list of profiles, keyed by GPU index.
         #[serde(default, rename = "perGpu")]
         per_gpu: BTreeMap<String, GpuMig>,
+        /// How the MIG devices are named, as NVIDIA's device plugin's MIG strategy.
+        #[serde(default)]
+        strategy: MigStrategy,
     },
     /// Every GPU advertised `replicas` times (CUDA time-slicing; no isolation).
     TimeSlicing {
@@ -79,6 +85,20 @@ pub enum Layout {
         slices: Vec<SharedSlice>,
     },
 }
+
+/// NVIDIA's MIG strategies: how a node's MIG devices are published.
+#[derive(Clone, Copy, Debug, Default, Deserialize, Serialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum MigStrategy {
+    /// Each profile as its own resource, `nvidia.com/mig-<profile>`.
+    #[default]
+    Mixed,
+    /// One profile on every GPU, published as `nvidia.com/gpu`.
+    Single,
+}
+
+/// The layout mode name of a node whose MIG devices follow the single strategy.
+pub const MODE_MIG_SINGLE: &str = "mig-single";
 
 /// The MIG layout of one GPU.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
@@ -176,7 +196,11 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
             }
             "whole"
         }
-        Layout::Mig { geometry, per_gpu } => {
+        Layout::Mig {
+            geometry,
+            per_gpu,
+            strategy,
+        } => {
             let mut overrides = BTreeMap::new();
             for (key, mig) in per_gpu {
                 let index: u32 = key.parse().map_err(|_| {
@@ -207,7 +231,13 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
                 };
                 out.insert(g.index, target);
             }
-            "mig"
+            match strategy {
+                MigStrategy::Mixed => "mig",
+                MigStrategy::Single => {
+                    single_profile(&out)?;
+                    MODE_MIG_SINGLE
+                }
+            }
         }
         Layout::TimeSlicing { replicas } => {
             if !(1..=64).contains(replicas) {
@@ -242,6 +272,30 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
         mode: mode.to_string(),
         gpus: out,
     })
+}
+
+/// The one profile of a single-strategy layout: every GPU MIG, every instance alike.
+fn single_profile(targets: &BTreeMap<u32, GpuTarget>) -> Result<String> {
+    let mut profiles = std::collections::BTreeSet::new();
+    for t in targets.values() {
+        match t {
+            GpuTarget::Mig { instances } => {
+                profiles.extend(instances.iter().map(|i| i.profile.clone()));
+            }
+            _ => {
+                return Err(Error::Invalid(
+                    "strategy single needs MIG on every GPU (NVIDIA's single strategy)".into(),
+                ))
+            }
+        }
+    }
+    match profiles.len() {
+        1 => Ok(profiles.into_iter().next().unwrap_or_default()),
+        _ => Err(Error::Invalid(format!(
+            "strategy single needs one MIG profile on every GPU, not {}",
+            profiles.into_iter().collect::<Vec<_>>().join(", ")
+        ))),
+    }
 }
 
 fn mig_target(gpu: &GpuInfo, mig: &GpuMig) -> Result<GpuTarget> {
@@ -359,6 +413,36 @@ pub(crate) mod tests {
         )
         .expect("shared");
         assert_eq!(t.mode, "shared");
+    }
+
+    #[test]
+    fn the_single_mig_strategy_wants_one_profile_everywhere() {
+        let t = resolve_text(
+            "mode: mig\nstrategy: single\ngeometry: all-1g.18gb",
+            "H200-141GB",
+        )
+        .expect("single");
+        assert_eq!(t.mode, MODE_MIG_SINGLE);
+        let t = resolve_text(
+            "mode: mig\nstrategy: mixed\ngeometry: all-1g.18gb",
+            "H200-141GB",
+        )
+        .expect("mixed");
+        assert_eq!(t.mode, "mig");
+        for (layout, why) in [
+            (
+                r#"{"mode": "mig", "strategy": "single", "perGpu": {"1": "all-1g.18gb"}}"#,
+                "MIG on every GPU",
+            ),
+            (
+                r#"{"mode": "mig", "strategy": "single", "geometry": "all-balanced"}"#,
+                "one MIG profile",
+            ),
+        ] {
+            let e = resolve_text(layout, "H200-141GB").expect_err(layout);
+            assert!(e.to_string().contains(why), "{layout}: {e}");
+        }
+        assert!(parse("mode: mig\nstrategy: both\ngeometry: all-1g.18gb").is_err());
     }
 
     #[test]

@@ -269,6 +269,27 @@ async fn registers_publishes_inventory_and_applies_layouts() {
         (shared.as_deref() == Some("8") && gpus.is_none() && mig.is_none()).then_some(())
     })
     .await;
+
+    // NVIDIA's single MIG strategy: one profile everywhere, published as `nvidia.com/gpu`.
+    set_layout(
+        &client,
+        "gpu-a",
+        r#"{"mode": "mig", "strategy": "single", "geometry": "all-1g.18gb"}"#,
+    )
+    .await;
+    wait_for(&agent, "the single MIG strategy", || async {
+        let n = nodes.get("gpu-a").await.ok()?;
+        let gpus = quantity(&n, "allocatable", "nvidia.com/gpu");
+        let mig = quantity(&n, "allocatable", "nvidia.com/mig-1g.18gb");
+        let labels = n.metadata.labels.clone().unwrap_or_default();
+        (gpus.as_deref() == Some("14")
+            && mig.is_none()
+            && labels.get("nvidia.com/mig.strategy").map(String::as_str) == Some("single")
+            && labels.get("nvidia.com/gpu.product").map(String::as_str)
+                == Some("NVIDIA-H200-MIG-1g.18gb"))
+        .then_some(())
+    })
+    .await;
 }
 
 fn gpu_pod(name: &str, node: &str, device: &str, app: &str) -> Pod {

@@ -94,6 +94,9 @@ pub struct Kubelet {
     checked: Option<Instant>,
     /// The Node's UID, once read (the owner of its Lease).
     node_uid: Option<String>,
+    /// The MIG profile of the node when its GPU feature labels say NVIDIA's single strategy
+    /// (its `nvidia.com/gpu` are MIG devices, metered as such); read with the Node.
+    single_mig: Option<String>,
     renewed: Option<Instant>,
 }
 
@@ -110,6 +113,7 @@ impl Kubelet {
             started: BTreeMap::new(),
             checked: None,
             node_uid: None,
+            single_mig: None,
             renewed: None,
         }
     }
@@ -134,12 +138,12 @@ impl Kubelet {
     }
 
     /// Registers the Node or repairs what the kubelet owns on it.
-    pub async fn register(&self) -> Result<()> {
+    pub async fn register(&mut self) -> Result<()> {
         self.ensure_registered().await.map(|_| ())
     }
 
     /// [`Kubelet::register`], returning the Node's UID.
-    async fn ensure_registered(&self) -> Result<Option<String>> {
+    async fn ensure_registered(&mut self) -> Result<Option<String>> {
         let shape = &self.config.shape;
         let nodes: Api<Node> = Api::all(self.client.clone());
         let now = serde_json::to_value(Time(Timestamp::now()))?;
@@ -166,6 +170,7 @@ impl Kubelet {
         };
         let uid = node.metadata.uid.clone();
         let labels = node.metadata.labels.clone().unwrap_or_default();
+        self.single_mig = metering::single_mig_profile(&labels);
         let want = node::labels(shape);
         let missing = want.as_object().is_some_and(|m| {
             m.iter()
@@ -263,6 +268,9 @@ impl Kubelet {
             if phase == Some("Running") {
                 let mut held =
                     metering::usages(pod, &self.config.gpu_model, self.config.utilization);
+                if let Some(profile) = &self.single_mig {
+                    metering::as_single_mig(&mut held, profile);
+                }
                 if done && matches!(step, Step::Exit(_) | Step::Finish) {
                     for u in &mut held {
                         u.stopped = Some(now);

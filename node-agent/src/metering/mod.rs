@@ -257,6 +257,30 @@ pub fn usages(pod: &Pod, gpu_model: &str, utilization: f64) -> Vec<Usage> {
         .collect()
 }
 
+/// Re-labels the whole-GPU holdings of pods on a node whose MIG devices follow NVIDIA's single
+/// strategy (there `nvidia.com/gpu` is a MIG device of `profile`) as that profile's, so that
+/// they are metered as the MIG devices they are.
+pub fn as_single_mig(usages: &mut [Usage], profile: &str) {
+    for u in usages {
+        if u.key.partition == "whole" {
+            u.key.partition = format!("mig-{profile}");
+        }
+    }
+}
+
+/// The MIG profile of a node whose GPU feature labels say NVIDIA's single strategy
+/// (`nvidia.com/mig.strategy=single`, `nvidia.com/gpu.product=<product>-MIG-<profile>`).
+pub fn single_mig_profile(labels: &BTreeMap<String, String>) -> Option<String> {
+    if labels.get("nvidia.com/mig.strategy").map(String::as_str) != Some("single") {
+        return None;
+    }
+    let product = labels.get("nvidia.com/gpu.product")?;
+    product
+        .rsplit_once("-MIG-")
+        .map(|(_, p)| p.to_string())
+        .filter(|p| !p.is_empty())
+}
+
 /// The GPU holdings of the pods of a node (for the standalone agent): those running (also
 /// while being deleted: their containers still hold the GPUs) and those finished (with their
 /// stop, so that their last partial interval is credited). Each pod's utilization is the mean

@@ -321,7 +321,15 @@ pub fn nodes(
             continue;
         };
         if let Some(v) = views.iter_mut().find(|v| v.name == node) {
-            v.devices.extend(devices(s));
+            // NVIDIA's single MIG strategy: the node's MIG devices are its `nvidia.com/gpu`.
+            let single =
+                v.labels.get("nvidia.com/mig.strategy").map(String::as_str) == Some("single");
+            v.devices.extend(devices(s).into_iter().map(|mut d| {
+                if single && d.resource.starts_with("nvidia.com/mig-") {
+                    d.resource = fabrik_api::RESOURCE_GPU.to_string();
+                }
+                d
+            }));
         }
     }
     for p in pods {
