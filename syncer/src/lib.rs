@@ -50,6 +50,7 @@ pub mod cache;
 pub mod claims;
 pub mod events;
 pub mod expectations;
+pub mod gangs;
 pub mod gpu;
 pub mod informers;
 pub mod ingresses;

@@ -241,6 +241,11 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     let sa = spec["serviceAccountName"].as_str().unwrap_or("default");
     let mut extra = naming::tenant_annotations(pod);
     extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
+    // A gang asked for with the standard labels: one per tenant namespace.
+    if let Some((gang, size)) = crate::gangs::gang(pod) {
+        extra.insert(fabrik_api::GANG.into(), format!("{ns}/{gang}"));
+        extra.insert(fabrik_api::GANG_SIZE.into(), size.to_string());
+    }
     let metadata = naming::host_metadata(pod, ctx.tenant, naming::tenant_labels(pod), extra);
     let host_name = metadata["name"].as_str().unwrap_or_default();
     let mut service_env = match &ctx.policy.api_address {

@@ -1,0 +1,89 @@
+//! Gangs by the labels a tenant's tooling writes (issue gpu-queues: "tenants cannot ask for a
+//! gang"): pods of a Kueue pod group are bound all together or not at all by `fabrik up`'s
+//! scheduler. On two nodes of 8 GPUs, a group of three 8-GPU pods binds none (and says why);
+//! a group of two binds both.
+
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use e2e::{kc_apply_ok, kc_ok, kubectls, poll_until, Fabrik};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn group(name: &str, pods: usize) -> String {
+    (0..pods)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}-{i}\n  labels: {{kueue.x-k8s.io/pod-group-name: {name}}}\n  \
+                 annotations: {{kueue.x-k8s.io/pod-group-total-count: \"{pods}\"}}\nspec:\n  containers:\n  - name: main\n    \
+                 image: trainer\n    resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[test]
+fn a_kueue_pod_group_is_bound_all_or_nothing() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let t = f.create_tenant("gangs", &["--gpus", "40"])?;
+        kc_apply_ok(&k, &t, &group("big", 3))?;
+        let mut seen = String::new();
+        poll_until("the big group's pods told why they wait", WAIT, || {
+            seen = kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "kueue.x-k8s.io/pod-group-name=big",
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.spec.nodeName}|{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}"#,
+                ],
+            )?;
+            let rows: Vec<&str> = seen.lines().filter(|r| !r.is_empty()).collect();
+            Ok(rows.len() == 3 && rows.iter().all(|r| r.starts_with('|') && r.contains("gang")))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+
+        kc_apply_ok(&k, &t, &group("pair", 2))?;
+        poll_until("the pair bound together", WAIT, || {
+            seen = kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "kueue.x-k8s.io/pod-group-name=pair",
+                    "-o",
+                    "jsonpath={range .items[*]}{.spec.nodeName} {end}",
+                ],
+            )?;
+            Ok(seen.split_whitespace().count() == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+        let big = kc_ok(
+            &k,
+            &t,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "kueue.x-k8s.io/pod-group-name=big",
+                "-o",
+                "jsonpath={range .items[*]}{.spec.nodeName}{end}",
+            ],
+        )?;
+        if !big.is_empty() {
+            bail!("a pod of the group that cannot fit was bound: {big}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
