@@ -457,29 +457,35 @@ pub fn check_route(route: &Value, policy: &Policy) -> Result<(), Vec<String>> {
                 ));
             }
         }
-        let mirrors = rule["filters"]
+        // Backends, and the backends of mirror filters, with where each is.
+        let mut refs: Vec<(String, &Value)> = Vec::new();
+        for (k, b) in rule["backendRefs"]
             .as_array()
             .into_iter()
             .flatten()
-            .filter(|f| f["type"] == "RequestMirror")
-            .map(|f| f["requestMirror"]["backendRef"].clone());
-        let backends = rule["backendRefs"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .cloned();
-        for (k, b) in backends.chain(mirrors).enumerate() {
+            .enumerate()
+        {
+            refs.push((format!("{at}.backendRefs[{k}]"), b));
+        }
+        for (j, f) in rule["filters"].as_array().into_iter().flatten().enumerate() {
+            if f["type"] == "RequestMirror" {
+                refs.push((
+                    format!("{at}.filters[{j}].requestMirror.backendRef"),
+                    &f["requestMirror"]["backendRef"],
+                ));
+            }
+        }
+        for (path, b) in refs {
             let group = b["group"].as_str().unwrap_or("");
             let bkind = b["kind"].as_str().unwrap_or("Service");
             if !group.is_empty() || bkind != "Service" {
+                let what = if group.is_empty() {
+                    bkind.to_string()
+                } else {
+                    format!("{group}/{bkind}")
+                };
                 errs.push(format!(
-                    "{at}.backendRefs[{k}]: Forbidden: only Services are synced to the host as \
-                     backends, not {}{bkind}",
-                    if group.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{group}/")
-                    }
+                    "{path}: Forbidden: only Services are synced to the host as backends, not {what}"
                 ));
             }
         }
