@@ -115,6 +115,62 @@ fn ours(pod: &Pod) -> bool {
         )
 }
 
+/// The pending pods in the order they are tried: by creation time; within one second (the
+/// timestamps' resolution), namespaces (on a host: tenants) take turns — each namespace's
+/// first pod of that second, then each one's second, … — the namespace holding fewer GPUs
+/// first, so that no tenant wins every tie by its name.
+pub fn arrival_order(pods: &[Pod]) -> Vec<&Pod> {
+    let mut held: BTreeMap<&str, i64> = BTreeMap::new();
+    for p in pods {
+        if model::holds_resources(p).is_none() {
+            continue;
+        }
+        let gpus: i64 = model::requests(p)
+            .map(|r| {
+                r.iter()
+                    .filter(|(k, _)| model::is_gpu_resource(k))
+                    .map(|(_, n)| *n)
+                    .sum()
+            })
+            .unwrap_or(0);
+        *held
+            .entry(p.metadata.namespace.as_deref().unwrap_or(""))
+            .or_insert(0) += gpus;
+    }
+    let created = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
+    let mut pending: Vec<&Pod> = pods.iter().filter(|p| ours(p)).collect();
+    pending.sort_by(|a, b| {
+        (created(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
+            created(b),
+            &b.metadata.namespace,
+            &b.metadata.name,
+        ))
+    });
+    // Each pod's turn within its namespace and second.
+    let mut turn: BTreeMap<(Option<k8s_openapi::jiff::Timestamp>, &str), usize> = BTreeMap::new();
+    let mut keyed: Vec<(usize, &Pod)> = pending
+        .into_iter()
+        .map(|p| {
+            let ns = p.metadata.namespace.as_deref().unwrap_or("");
+            let t = turn.entry((created(p), ns)).or_insert(0);
+            *t += 1;
+            (*t, p)
+        })
+        .collect();
+    keyed.sort_by(|(ta, a), (tb, b)| {
+        let ns = |p: &Pod| p.metadata.namespace.as_deref().unwrap_or("").to_string();
+        let holds = |p: &Pod| held.get(ns(p).as_str()).copied().unwrap_or(0);
+        (created(a), *ta, holds(a), ns(a), &a.metadata.name).cmp(&(
+            created(b),
+            *tb,
+            holds(b),
+            ns(b),
+            &b.metadata.name,
+        ))
+    });
+    keyed.into_iter().map(|(_, p)| p).collect()
+}
+
 /// One round: returns how many pods were bound.
 pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> Result<usize> {
     let pods_api: Api<Pod> = Api::all(client.clone());
@@ -123,21 +179,11 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         .await
         .map_err(api("listing pods"))?
         .items;
-    let mut pending: Vec<&Pod> = pods.iter().filter(|p| ours(p)).collect();
+    let pending = arrival_order(&pods);
     if pending.is_empty() {
         reported.clear();
         return Ok(0);
     }
-    pending.sort_by(|a, b| {
-        let key = |p: &Pod| {
-            (
-                p.metadata.creation_timestamp.clone().map(|t| t.0),
-                p.metadata.namespace.clone(),
-                p.metadata.name.clone(),
-            )
-        };
-        key(a).cmp(&key(b))
-    });
     let nodes = Api::<Node>::all(client.clone())
         .list(&ListParams::default())
         .await
@@ -513,5 +559,48 @@ async fn unschedulable(
             }
         }
         Err(e) => tracing::debug!(error = %e, "building the FailedScheduling event"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(ns: &str, name: &str, created: &str, node: Option<&str>, gpus: u32) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"namespace": ns, "name": name, "creationTimestamp": created},
+            "spec": {"nodeName": node, "containers": [{"name": "c", "image": "i",
+                "resources": {"limits": {"nvidia.com/gpu": gpus.to_string()}}}]},
+            "status": {"phase": if node.is_some() { "Running" } else { "Pending" }},
+        }))
+        .expect("pod")
+    }
+
+    fn names(pods: &[Pod]) -> Vec<String> {
+        arrival_order(pods)
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn tenants_take_turns_within_a_second() {
+        let second = "2026-01-01T00:00:01Z";
+        let mut pods = vec![pod("b-team", "early", "2026-01-01T00:00:00Z", None, 1)];
+        for i in 1..=3 {
+            pods.push(pod("a-team", &format!("a{i}"), second, None, 1));
+            pods.push(pod("b-team", &format!("b{i}"), second, None, 1));
+        }
+        // The earlier second first; then turns, the alphabet breaking a tie of equal holdings.
+        assert_eq!(names(&pods), ["early", "a1", "b1", "a2", "b2", "a3", "b3"]);
+        // A namespace holding GPUs yields each turn to one holding fewer.
+        pods.push(pod(
+            "a-team",
+            "running",
+            "2025-12-31T00:00:00Z",
+            Some("n1"),
+            4,
+        ));
+        assert_eq!(names(&pods), ["early", "b1", "a1", "b2", "a2", "b3", "a3"]);
     }
 }
