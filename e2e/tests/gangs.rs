@@ -1,12 +1,13 @@
 //! Gangs by the labels a tenant's tooling writes (issue gpu-queues: "tenants cannot ask for a
-//! gang"): pods of a Kueue pod group are bound all together or not at all by `fabrik up`'s
-//! scheduler. On two nodes of 8 GPUs, a group of three 8-GPU pods binds none (and says why);
-//! a group of two binds both.
+//! gang"): pods of a Kueue pod group, or of a Volcano PodGroup (the tenant's own CRD, from the
+//! shared test data), are bound all together or not at all by `fabrik up`'s scheduler. On two
+//! nodes of 8 GPUs, a group of three 8-GPU pods binds none (and says why); a group of two binds
+//! both; pods naming a PodGroup that does not exist wait for it.
 
 use std::time::Duration;
 
 use anyhow::{bail, Result};
-use e2e::{kc_apply_ok, kc_ok, kubectls, poll_until, Fabrik};
+use e2e::{kc_apply_ok, kc_ok, kubectls, poll_until, repo_root, Fabrik};
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -80,6 +81,98 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
         )?;
         if !big.is_empty() {
             bail!("a pod of the group that cannot fit was bound: {big}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
+fn volcano_group(name: &str, pods: usize) -> String {
+    (0..pods)
+        .map(|i| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}-{i}\n  labels: {{group: {name}}}\n  \
+                 annotations: {{scheduling.k8s.io/group-name: {name}}}\nspec:\n  containers:\n  - name: main\n    \
+                 image: trainer\n    resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}\n"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("---\n")
+}
+
+#[test]
+fn a_volcano_pod_group_sizes_its_gang_and_its_pods_wait_for_it() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let t = f.create_tenant("volcano", &["--gpus", "40"])?;
+        let crd = repo_root().join("../shared/testdata/crds/scheduling.volcano.sh_podgroups.yaml");
+        kc_ok(&k, &t, &["create", "-f", &crd.display().to_string()])?;
+        kc_ok(
+            &k,
+            &t,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=75s",
+                "crd/podgroups.scheduling.volcano.sh",
+            ],
+        )?;
+        // The pods come first: they wait for their PodGroup, and say so.
+        kc_apply_ok(&k, &t, &volcano_group("trio", 3))?;
+        let conditions = |group: &str| -> Result<String> {
+            kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    &format!("group={group}"),
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.spec.nodeName}|{.status.conditions[?(@.type=="PodScheduled")].reason}|{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}"#,
+                ],
+            )
+        };
+        let mut seen = String::new();
+        poll_until("the pods waiting for their PodGroup", WAIT, || {
+            seen = conditions("trio")?;
+            Ok(seen
+                .lines()
+                .filter(|l| l.starts_with("|PodGroupNotFound|"))
+                .count()
+                == 3)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+        kc_apply_ok(
+            &k,
+            &t,
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {name: trio}\nspec: {minMember: 3}\n",
+        )?;
+        poll_until("the trio held back whole by the scheduler", WAIT, || {
+            seen = conditions("trio")?;
+            Ok(seen
+                .lines()
+                .filter(|l| l.starts_with('|') && l.contains("gang"))
+                .count()
+                == 3)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+        kc_apply_ok(
+            &k,
+            &t,
+            "apiVersion: scheduling.volcano.sh/v1beta1\nkind: PodGroup\nmetadata: {name: duo}\nspec: {minMember: 2}\n",
+        )?;
+        kc_apply_ok(&k, &t, &volcano_group("duo", 2))?;
+        poll_until("the duo bound together", WAIT, || {
+            seen = conditions("duo")?;
+            Ok(seen.lines().filter(|l| !l.starts_with('|')).count() == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+        if conditions("trio")?.lines().any(|l| !l.starts_with('|')) {
+            bail!("a pod of the trio was bound: {}", conditions("trio")?);
         }
         Ok(())
     };

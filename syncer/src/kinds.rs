@@ -39,6 +39,11 @@ pub enum Kind {
     /// gateway.networking.k8s.io/v1beta1 ReferenceGrant (watched in the tenant only, while
     /// routes are synced: it decides which cross-namespace backends a route may name).
     ReferenceGrant,
+    /// scheduling.x-k8s.io/v1alpha1 PodGroup of the coscheduling plugin (watched in the tenant
+    /// only: its `minMember` sizes the gang of the pods naming it).
+    CoschedulingPodGroup,
+    /// scheduling.volcano.sh/v1beta1 PodGroup (watched in the tenant only, as above).
+    VolcanoPodGroup,
 }
 
 impl Kind {
@@ -81,8 +86,13 @@ impl Kind {
                 | Kind::HttpRoute
                 | Kind::GrpcRoute
                 | Kind::ReferenceGrant
+                | Kind::CoschedulingPodGroup
+                | Kind::VolcanoPodGroup
         )
     }
+
+    /// The tenant-only kinds whose objects size gangs ([`crate::gangs`]).
+    pub const POD_GROUPS: [Kind; 2] = [Kind::CoschedulingPodGroup, Kind::VolcanoPodGroup];
 
     /// The kinds a Tenant may add to the synced set (`spec.sync.extraKinds`).
     pub const EXTRA: [Kind; 3] = [Kind::Ingress, Kind::HttpRoute, Kind::GrpcRoute];
@@ -116,6 +126,18 @@ impl Kind {
                 return ApiResource::from_gvk_with_plural(
                     &GroupVersionKind::gvk(crate::routes::GROUP, "v1beta1", "ReferenceGrant"),
                     "referencegrants",
+                )
+            }
+            Kind::CoschedulingPodGroup => {
+                return ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("scheduling.x-k8s.io", "v1alpha1", "PodGroup"),
+                    "podgroups",
+                )
+            }
+            Kind::VolcanoPodGroup => {
+                return ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("scheduling.volcano.sh", "v1beta1", "PodGroup"),
+                    "podgroups",
                 )
             }
             Kind::Pod => ("", "Pod", "pods"),

@@ -60,6 +60,9 @@ pub struct PodContext<'a> {
     pub policy: &'a Policy,
     /// The tenant's Services (those of the pod's namespace become its service links).
     pub services: &'a [std::sync::Arc<Value>],
+    /// The gang the pod asks for (name within its namespace, size), as
+    /// [`crate::gangs::asked`] found it.
+    pub gang: Option<(String, usize)>,
 }
 
 /// Tokens are valid this long unless a source asks otherwise (upstream's default).
@@ -242,7 +245,7 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
     let mut extra = naming::tenant_annotations(pod);
     extra.insert(ANNOTATION_VIRTUAL_SERVICE_ACCOUNT.into(), sa.into());
     // A gang asked for with the standard labels: one per tenant namespace.
-    if let Some((gang, size)) = crate::gangs::gang(pod) {
+    if let Some((gang, size)) = &ctx.gang {
         extra.insert(fabrik_api::GANG.into(), format!("{ns}/{gang}"));
         extra.insert(fabrik_api::GANG_SIZE.into(), size.to_string());
     }
@@ -1091,6 +1094,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &[],
+            gang: None,
         };
         host_pod(pod, &ctx).expect("build")
     }
@@ -1334,6 +1338,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &[],
+            gang: None,
         };
         let mut pod = two_tokens();
         pod["spec"]["initContainers"] = json!([{"name": "init", "image": "x"}]);
@@ -1486,6 +1491,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &services,
+            gang: None,
         };
         let mut pod = two_tokens();
         pod["metadata"]["namespace"] = json!("web");
@@ -1521,6 +1527,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &[],
+            gang: None,
         };
         let h = host_pod(&hostile(), &ctx).expect("build");
         let s = &h["spec"];
@@ -1542,6 +1549,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &[],
+            gang: None,
         };
         let pod = json!({"metadata": {"name": "p", "namespace": "ns"},
             "spec": {"containers": [{"name": "c", "image": "x"}]}});
@@ -1561,6 +1569,7 @@ mod tests {
             tenant: "a",
             policy: &p,
             services: &[],
+            gang: None,
         };
         // (pointer into the hostile pod, value)
         let table: &[(&str, Value)] = &[

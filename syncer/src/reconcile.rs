@@ -298,6 +298,20 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
         | Kind::Ingress
         | Kind::HttpRoute
         | Kind::GrpcRoute) => partial(ctx, kind, &key.namespace, &key.name).await,
+        Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup => {
+            // A PodGroup sizes the gang of its namespace's pods: look at them again.
+            for p in ctx.tcache(Kind::Pod).map(|c| c.list()).unwrap_or_default() {
+                let (namespace, name) = crate::cache::key_of(&p);
+                if namespace == key.namespace {
+                    ctx.queue.push(Key {
+                        kind: Kind::Pod,
+                        namespace,
+                        name,
+                    });
+                }
+            }
+            Ok(())
+        }
         Kind::ReferenceGrant => {
             // What a grant allows is read when routes are built: look at them all again.
             for kind in [Kind::HttpRoute, Kind::GrpcRoute] {
@@ -339,7 +353,13 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         Kind::ResourceClaim if ctx.policy.device_classes => Some(claims::host_claim(obj, t)),
         Kind::ResourceClaim => None,
         Kind::PodDisruptionBudget => Some(objects::host_pdb(obj, t)),
-        Kind::Pod | Kind::Event | Kind::Node | Kind::DeviceClass | Kind::ReferenceGrant => None,
+        Kind::Pod
+        | Kind::Event
+        | Kind::Node
+        | Kind::DeviceClass
+        | Kind::ReferenceGrant
+        | Kind::CoschedulingPodGroup
+        | Kind::VolcanoPodGroup => None,
     }
 }
 
@@ -794,6 +814,26 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             status.insert("conditions".into(), condition);
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
+        let gang = match crate::gangs::asked(&tpod, |kind, group| {
+            ctx.tcache(kind)
+                .and_then(|c| c.get(ns, group))
+                .map(|g| (*g).clone())
+        }) {
+            crate::gangs::Asked::None => None,
+            crate::gangs::Asked::Gang(g, size) => Some((g, size)),
+            crate::gangs::Asked::Waiting(why) => {
+                // Never bound without its gang: wait, unsynced, for its PodGroup (the pod is
+                // looked at again when PodGroups of its namespace change).
+                let condition = json!([{"type": "PodScheduled", "status": "False",
+                    "reason": "PodGroupNotFound", "message": why}]);
+                if contains(&tpod["status"]["conditions"], &condition) {
+                    return Ok(());
+                }
+                let mut status = Map::new();
+                status.insert("conditions".into(), condition);
+                return ctx.tenant_status(Kind::Pod, ns, name, status).await;
+            }
+        };
         let services = ctx
             .tcache(Kind::Service)
             .map(|c| c.list())
@@ -802,6 +842,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             tenant: &ctx.tenant,
             policy: &ctx.policy,
             services: &services,
+            gang,
         };
         let want = match pods::host_pod(&tpod, &pctx) {
             Ok(want) => want,
