@@ -209,14 +209,7 @@ impl Agent {
             let utilization = self.backend.utilization();
             let model = gpus.first().map(|g| g.model.name).unwrap_or("");
             let mut usage = metering::node_usages(&node_pods, &uuids, &utilization, model);
-            let labels = inventory::compute(
-                &gpus,
-                &self.state.applied,
-                &self.state.unhealthy,
-                &self.layout_mode(),
-            )
-            .labels;
-            if let Some(profile) = metering::single_mig_profile(&labels) {
+            if let Some(profile) = inventory::single_mig_profile(&gpus, &self.layout_mode()) {
                 metering::as_single_mig(&mut usage, &profile);
             }
             meter.observe(&name, usage);

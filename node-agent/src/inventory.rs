@@ -130,6 +130,18 @@ fn memory(mib: u64) -> BTreeMap<String, DeviceCapacity> {
     )])
 }
 
+/// The one MIG profile of a node under NVIDIA's single strategy (layout mode
+/// [`crate::layout::MODE_MIG_SINGLE`]): there its `nvidia.com/gpu` are MIG devices of it.
+pub fn single_mig_profile(gpus: &[GpuInfo], mode: &str) -> Option<String> {
+    if mode != crate::layout::MODE_MIG_SINGLE {
+        return None;
+    }
+    gpus.iter()
+        .flat_map(|g| g.mig.iter())
+        .next()
+        .map(|m| m.profile.clone())
+}
+
 /// Computes the inventory.
 pub fn compute(
     gpus: &[GpuInfo],
@@ -140,7 +152,7 @@ pub fn compute(
     let mut inv = Inventory::default();
     let islands = nvlink_islands(gpus);
     // NVIDIA's single MIG strategy: the one profile's devices are `nvidia.com/gpu`.
-    let single = mode == crate::layout::MODE_MIG_SINGLE;
+    let single = single_mig_profile(gpus, mode);
     for g in gpus {
         let healthy = !unhealthy.contains_key(&g.index);
         let island = islands.iter().position(|i| i.contains(&g.index));
@@ -170,7 +182,7 @@ pub fn compute(
                     capacity: Some(memory(mib)),
                     ..Default::default()
                 };
-                let resource = if single {
+                let resource = if single.is_some() {
                     fabrik_api::RESOURCE_GPU.to_string()
                 } else {
                     format!("nvidia.com/mig-{}", m.profile)
@@ -258,7 +270,8 @@ pub fn compute(
         .insert(fabrik_api::LABEL_GPU_COUNT.into(), gpus.len().to_string());
     inv.labels
         .insert(fabrik_api::LABEL_GPU_LAYOUT_MODE.into(), mode.to_string());
-    inv.labels.extend(feature_labels(gpus, applied, single));
+    inv.labels
+        .extend(feature_labels(gpus, applied, single.as_deref()));
     inv
 }
 
@@ -267,13 +280,13 @@ pub fn compute(
 /// `mig.capable`, `mig.strategy`, `gpu.replicas`, `gpu.sharing-strategy`), so that workloads
 /// and charts written for it select these nodes. The product is the first GPU's, with spaces
 /// as dashes and `-SHARED` when its GPUs are time-sliced, as GFD renames them. MIG devices
-/// follow the node's strategy: mixed (`nvidia.com/mig-<profile>`, `mig.strategy=mixed`) or
-/// `single` (`nvidia.com/gpu`; the product `<product>-MIG-<profile>`, the count and memory the
-/// MIG devices', as GFD labels them). No driver or CUDA version labels: nothing here knows them.
+/// follow the node's strategy: mixed (`nvidia.com/mig-<profile>`, `mig.strategy=mixed`) or,
+/// with `single` naming the one profile, single (`nvidia.com/gpu`; the product
+/// `<product>-MIG-<profile>`, the count and memory the MIG devices', as GFD labels them). No driver or CUDA version labels: nothing here knows them.
 pub fn feature_labels(
     gpus: &[GpuInfo],
     applied: &BTreeMap<u32, GpuTarget>,
-    single: bool,
+    single: Option<&str>,
 ) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
     let Some(first) = gpus.first() else {
@@ -296,13 +309,12 @@ pub fn feature_labels(
     let (major, minor) = first.model.compute_capability;
     let mut count = gpus.len();
     let mut memory = first.memory_mib;
-    let mig_profile = gpus.iter().flat_map(|g| g.mig.iter()).next();
-    if let (true, Some(m)) = (single, mig_profile) {
-        product = format!("{product}-MIG-{}", m.profile);
+    if let Some(profile) = single {
+        product = format!("{product}-MIG-{profile}");
         count = gpus.iter().map(|g| g.mig.len()).sum();
         memory = first
             .model
-            .profile(&m.profile)
+            .profile(profile)
             .map(|p| p.memory_mib)
             .unwrap_or(memory);
     }
@@ -332,7 +344,7 @@ pub fn feature_labels(
             "nvidia.com/mig.strategy",
             if !gpus.iter().any(|g| g.mig_enabled) {
                 "none"
-            } else if single {
+            } else if single.is_some() {
                 "single"
             } else {
                 "mixed"
