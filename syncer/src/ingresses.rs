@@ -89,7 +89,7 @@ fn host_error(host: &str) -> Option<&'static str> {
 }
 
 /// Upstream's path check, and the characters a path may not hold here.
-fn path_error(path: &str, path_type: &str) -> Option<&'static str> {
+pub(crate) fn path_error(path: &str, path_type: &str) -> Option<&'static str> {
     if path.chars().any(|c| {
         c.is_control()
             || c.is_whitespace()

@@ -217,6 +217,62 @@ fn host_filter(
     Ok(json!({"type": ty, *field: conf}))
 }
 
+/// The paths a route hands its Gateway — match values and the rewrites and redirects of its
+/// filters — that fail the checks synced Ingresses' paths pass
+/// ([`crate::ingresses`]: absolute, no `//`, `/../`, `%2f`, no whitespace, quotes, `;`,
+/// braces or backslashes, which some Gateway implementations paste into proxy configuration),
+/// as field errors.
+fn unsafe_paths(route: &Value) -> Vec<String> {
+    let mut errs = Vec::new();
+    let mut check = |at: String, path: &Value, path_type: &str| {
+        let Some(p) = path.as_str() else { return };
+        // A regular expression needs its braces and backslashes; nothing that ends a
+        // configuration statement or string.
+        let why = if path_type == "RegularExpression" {
+            p.chars()
+                .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '"' | '\'' | ';' | '`'))
+                .then_some("must not contain whitespace, control characters, quotes, ';' or '`'")
+        } else {
+            crate::ingresses::path_error(p, path_type)
+        };
+        if let Some(why) = why {
+            errs.push(format!("{at}: Invalid value: {p:?}: {why}"));
+        }
+    };
+    for (i, rule) in route["spec"]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (j, m) in rule["matches"].as_array().into_iter().flatten().enumerate() {
+            let ty = match m["path"]["type"].as_str().unwrap_or("PathPrefix") {
+                "Exact" => "Exact",
+                "PathPrefix" => "Prefix",
+                _ => "RegularExpression",
+            };
+            check(
+                format!("spec.rules[{i}].matches[{j}].path.value"),
+                &m["path"]["value"],
+                ty,
+            );
+        }
+        for (path, f) in filters_of(rule, &format!("spec.rules[{i}]")) {
+            for field in ["urlRewrite", "requestRedirect"] {
+                let p = &f[field]["path"];
+                for replace in ["replaceFullPath", "replacePrefixMatch"] {
+                    check(
+                        format!("{path}.{field}.path.{replace}"),
+                        &p[replace],
+                        "Prefix",
+                    );
+                }
+            }
+        }
+    }
+    errs
+}
+
 /// Every filter of a rule, with where it is: the rule's own and its backends'.
 fn filters_of(rule: &Value, at: &str) -> Vec<(String, Value)> {
     let mut out = Vec::new();
@@ -389,6 +445,15 @@ pub fn host_route(
             refused,
         };
     }
+    let paths = unsafe_paths(route);
+    if !paths.is_empty() {
+        refused.extend(paths);
+        refused.push("the route is not synced while it holds a path the host may not see".into());
+        return Built {
+            object: None,
+            refused,
+        };
+    }
     if !rules.is_empty() {
         out.insert("rules".into(), Value::Array(rules));
     }
@@ -423,7 +488,7 @@ pub fn check_route(route: &Value, policy: &Policy) -> Result<(), Vec<String>> {
     if host_parents(route, policy).is_empty() {
         return Ok(());
     }
-    let mut errs = Vec::new();
+    let mut errs = unsafe_paths(route);
     for (i, h) in route["spec"]["hostnames"]
         .as_array()
         .into_iter()
@@ -760,6 +825,32 @@ mod tests {
             errs[0].contains("\"ExtensionRef\" filters are not allowed"),
             "{errs:?}"
         );
+    }
+
+    #[test]
+    fn paths_the_gateway_would_paste_are_checked_as_ingress_paths() {
+        let mut r = route();
+        r["spec"]["rules"][0]["matches"][0]["path"]["value"] = json!("/v1;\n  return 200");
+        r["spec"]["rules"][0]["filters"] = json!([{"type": "URLRewrite",
+            "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/../admin"}}}]);
+        let errs = check_route(&r, &policy()).expect_err("refused at admission");
+        assert!(
+            errs[0].starts_with("spec.rules[0].matches[0].path.value"),
+            "{errs:?}"
+        );
+        assert!(
+            errs[1].starts_with("spec.rules[0].filters[0].urlRewrite.path.replacePrefixMatch"),
+            "{errs:?}"
+        );
+        let b = host_route(Kind::HttpRoute, &r, "acme", &policy(), &[]);
+        assert!(b.object.is_none(), "never reaches the host");
+        // Regular expressions may hold what paths may not, but not the characters that break out.
+        let mut re = route();
+        re["spec"]["rules"][0]["matches"][0]["path"] =
+            json!({"type": "RegularExpression", "value": "/v\\d{1,2}/.*"});
+        assert_eq!(check_route(&re, &policy()), Ok(()));
+        re["spec"]["rules"][0]["matches"][0]["path"]["value"] = json!("/x\"; evil");
+        assert!(check_route(&re, &policy()).is_err());
     }
 
     #[test]
