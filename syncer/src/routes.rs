@@ -125,19 +125,10 @@ fn hostname_error(h: &str) -> Option<&'static str> {
 
 /// Why a backendRef (or a mirror's) may not be synced as it is, if it may not.
 fn backend_refusal(b: &Value, kind: Kind, route_ns: &str, grants: &[Arc<Value>]) -> Option<String> {
-    let group = b["group"].as_str().unwrap_or("");
-    let bkind = b["kind"].as_str().unwrap_or("Service");
-    let name = b["name"].as_str().unwrap_or("");
-    if !group.is_empty() || bkind != "Service" {
-        let what = if group.is_empty() {
-            bkind.to_string()
-        } else {
-            format!("{group}/{bkind}")
-        };
-        return Some(format!(
-            "only Services are synced to the host as backends, not {what} {name:?}"
-        ));
+    if let Some(why) = not_a_service(b) {
+        return Some(why);
     }
+    let name = b["name"].as_str().unwrap_or("");
     let ns = b["namespace"].as_str().unwrap_or(route_ns);
     if ns != route_ns && !granted(grants, &kind_name(kind), route_ns, ns, name) {
         return Some(format!(
@@ -147,6 +138,24 @@ fn backend_refusal(b: &Value, kind: Kind, route_ns: &str, grants: &[Arc<Value>])
         ));
     }
     None
+}
+
+/// Why a backendRef is not a core Service, if it is not.
+fn not_a_service(b: &Value) -> Option<String> {
+    let group = b["group"].as_str().unwrap_or("");
+    let bkind = b["kind"].as_str().unwrap_or("Service");
+    if group.is_empty() && bkind == "Service" {
+        return None;
+    }
+    let what = if group.is_empty() {
+        bkind.to_string()
+    } else {
+        format!("{group}/{bkind}")
+    };
+    let name = b["name"].as_str().unwrap_or("");
+    Some(format!(
+        "only Services are synced to the host as backends, not {what} {name:?}"
+    ))
 }
 
 /// Whether a ReferenceGrant in `to_ns` lets a `route_kind` of `from_ns` name Service `name`.
@@ -541,17 +550,8 @@ pub fn check_route(route: &Value, policy: &Policy) -> Result<(), Vec<String>> {
             }
         }
         for (path, b) in refs {
-            let group = b["group"].as_str().unwrap_or("");
-            let bkind = b["kind"].as_str().unwrap_or("Service");
-            if !group.is_empty() || bkind != "Service" {
-                let what = if group.is_empty() {
-                    bkind.to_string()
-                } else {
-                    format!("{group}/{bkind}")
-                };
-                errs.push(format!(
-                    "{path}: Forbidden: only Services are synced to the host as backends, not {what}"
-                ));
+            if let Some(why) = not_a_service(b) {
+                errs.push(format!("{path}: Forbidden: {why}"));
             }
         }
     }
