@@ -120,6 +120,12 @@ fn ours(pod: &Pod) -> bool {
 /// first pod of that second, then each one's second, … — the namespace holding fewer GPUs
 /// first, so that no tenant wins every tie by its name.
 pub fn arrival_order(pods: &[Pod]) -> Vec<&Pod> {
+    fn ns(p: &Pod) -> &str {
+        p.metadata.namespace.as_deref().unwrap_or("")
+    }
+    fn name(p: &Pod) -> &str {
+        p.metadata.name.as_deref().unwrap_or("")
+    }
     let mut held: BTreeMap<&str, i64> = BTreeMap::new();
     for p in pods {
         if model::holds_resources(p).is_none() {
@@ -133,41 +139,23 @@ pub fn arrival_order(pods: &[Pod]) -> Vec<&Pod> {
                     .sum()
             })
             .unwrap_or(0);
-        *held
-            .entry(p.metadata.namespace.as_deref().unwrap_or(""))
-            .or_insert(0) += gpus;
+        *held.entry(ns(p)).or_insert(0) += gpus;
     }
-    let created = |p: &Pod| p.metadata.creation_timestamp.clone().map(|t| t.0);
+    let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
     let mut pending: Vec<&Pod> = pods.iter().filter(|p| ours(p)).collect();
-    pending.sort_by(|a, b| {
-        (created(a), &a.metadata.namespace, &a.metadata.name).cmp(&(
-            created(b),
-            &b.metadata.namespace,
-            &b.metadata.name,
-        ))
-    });
-    // Each pod's turn within its namespace and second.
+    pending.sort_by_key(|p| (created(p), ns(p), name(p)));
+    // Each pod's turn within its namespace and second, then the order of turns.
     let mut turn: BTreeMap<(Option<k8s_openapi::jiff::Timestamp>, &str), usize> = BTreeMap::new();
-    let mut keyed: Vec<(usize, &Pod)> = pending
+    let mut keyed: Vec<_> = pending
         .into_iter()
         .map(|p| {
-            let ns = p.metadata.namespace.as_deref().unwrap_or("");
-            let t = turn.entry((created(p), ns)).or_insert(0);
+            let t = turn.entry((created(p), ns(p))).or_insert(0);
             *t += 1;
-            (*t, p)
+            let holds = held.get(ns(p)).copied().unwrap_or(0);
+            ((created(p), *t, holds, ns(p), name(p)), p)
         })
         .collect();
-    keyed.sort_by(|(ta, a), (tb, b)| {
-        let ns = |p: &Pod| p.metadata.namespace.as_deref().unwrap_or("").to_string();
-        let holds = |p: &Pod| held.get(ns(p).as_str()).copied().unwrap_or(0);
-        (created(a), *ta, holds(a), ns(a), &a.metadata.name).cmp(&(
-            created(b),
-            *tb,
-            holds(b),
-            ns(b),
-            &b.metadata.name,
-        ))
-    });
+    keyed.sort_by(|(a, _), (b, _)| a.cmp(b));
     keyed.into_iter().map(|(_, p)| p).collect()
 }
 
