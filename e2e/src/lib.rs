@@ -544,3 +544,17 @@ pub fn write_files(dir: &Path, files: &[(&str, &str)]) -> Result<()> {
     }
     Ok(())
 }
+
+/// A platform's shared Gateways on a host: namespace `infra` and, for each name, a Gateway of
+/// `class` with one HTTP listener (`http`, port 80) taking routes from every namespace.
+pub fn host_gateways(class: &str, names: &[&str]) -> String {
+    let mut yaml = "apiVersion: v1\nkind: Namespace\nmetadata: {name: infra}\n".to_string();
+    for name in names {
+        yaml.push_str(&format!(
+            "---\napiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\n\
+             metadata: {{name: {name}, namespace: infra}}\nspec:\n  gatewayClassName: {class}\n  \
+             listeners:\n  - {{name: http, port: 80, protocol: HTTP, allowedRoutes: {{namespaces: {{from: All}}}}}}\n"
+        ));
+    }
+    yaml
+}

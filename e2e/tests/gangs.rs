@@ -11,17 +11,39 @@ use e2e::{kc_apply_ok, kc_ok, kubectls, poll_until, repo_root, Fabrik};
 
 const WAIT: Duration = Duration::from_secs(60);
 
-fn group(name: &str, pods: usize) -> String {
+/// `pods` pods of 8 GPUs named `<name>-<i>`, labelled `group: <name>`, with the further labels
+/// and the annotations (YAML map entries) that ask for their gang.
+fn gpu_pods(name: &str, pods: usize, labels: &str, annotations: &str) -> String {
     (0..pods)
         .map(|i| {
             format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}-{i}\n  labels: {{kueue.x-k8s.io/pod-group-name: {name}}}\n  \
-                 annotations: {{kueue.x-k8s.io/pod-group-total-count: \"{pods}\"}}\nspec:\n  containers:\n  - name: main\n    \
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}-{i}\n  labels: {{group: {name}{labels}}}\n  \
+                 annotations: {{{annotations}}}\nspec:\n  containers:\n  - name: main\n    \
                  image: trainer\n    resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}\n"
             )
         })
         .collect::<Vec<_>>()
         .join("---\n")
+}
+
+/// A Kueue plain pod group of `pods` 8-GPU pods.
+fn group(name: &str, pods: usize) -> String {
+    gpu_pods(
+        name,
+        pods,
+        &format!(", kueue.x-k8s.io/pod-group-name: {name}"),
+        &format!("kueue.x-k8s.io/pod-group-total-count: \"{pods}\""),
+    )
+}
+
+/// `pods` 8-GPU pods of Volcano PodGroup `name`.
+fn volcano_group(name: &str, pods: usize) -> String {
+    gpu_pods(
+        name,
+        pods,
+        "",
+        &format!("scheduling.k8s.io/group-name: {name}"),
+    )
 }
 
 #[test]
@@ -40,7 +62,7 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
                     "get",
                     "pods",
                     "-l",
-                    "kueue.x-k8s.io/pod-group-name=big",
+                    "group=big",
                     "-o",
                     r#"jsonpath={range .items[*]}{.spec.nodeName}|{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}"#,
                 ],
@@ -59,7 +81,7 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
                     "get",
                     "pods",
                     "-l",
-                    "kueue.x-k8s.io/pod-group-name=pair",
+                    "group=pair",
                     "-o",
                     "jsonpath={range .items[*]}{.spec.nodeName} {end}",
                 ],
@@ -74,7 +96,7 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
                 "get",
                 "pods",
                 "-l",
-                "kueue.x-k8s.io/pod-group-name=big",
+                "group=big",
                 "-o",
                 "jsonpath={range .items[*]}{.spec.nodeName}{end}",
             ],
@@ -87,19 +109,6 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
     if let Err(e) = run() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
-}
-
-fn volcano_group(name: &str, pods: usize) -> String {
-    (0..pods)
-        .map(|i| {
-            format!(
-                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}-{i}\n  labels: {{group: {name}}}\n  \
-                 annotations: {{scheduling.k8s.io/group-name: {name}}}\nspec:\n  containers:\n  - name: main\n    \
-                 image: trainer\n    resources: {{limits: {{nvidia.com/gpu: \"8\"}}}}\n"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("---\n")
 }
 
 #[test]

@@ -17,27 +17,6 @@ const TENANT: &str = "gw";
 const HOST_NS: &str = "fabrik-gw";
 const WAIT: Duration = Duration::from_secs(60);
 
-const HOST_GATEWAYS: &str = r#"apiVersion: v1
-kind: Namespace
-metadata: {name: infra}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: infra}
-spec:
-  gatewayClassName: fabrik
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: private, namespace: infra}
-spec:
-  gatewayClassName: fabrik
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-"#;
-
 const TENANT_SPEC: &str = r#"apiVersion: fabrik.dev/v1alpha1
 kind: Tenant
 metadata: {name: gw}
@@ -157,7 +136,11 @@ fn routes_reach_the_allowed_gateways_with_their_backends_and_status_comes_back()
         poll_until("the GatewayClass fabrik", WAIT, || {
             Ok(get(&k, &host, &["get", "gatewayclass", "fabrik"])?.is_some())
         })?;
-        kc_apply_ok(&k, &host, HOST_GATEWAYS)?;
+        kc_apply_ok(
+            &k,
+            &host,
+            &e2e::host_gateways("fabrik", &["shared", "private"]),
+        )?;
         kc_apply_ok(&k, &host, TENANT_SPEC)?;
         kc_ok(
             &k,

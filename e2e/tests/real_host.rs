@@ -1139,19 +1139,6 @@ fn claims_on_an_old_host(k: &Kubectl, tkc: &Path) -> Result<()> {
     Ok(())
 }
 
-const HOST_GATEWAY: &str = r#"apiVersion: v1
-kind: Namespace
-metadata: {name: infra}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: infra}
-spec:
-  gatewayClassName: platform
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-"#;
-
 const TENANT_ROUTE: &str = r#"apiVersion: v1
 kind: Service
 metadata: {name: llm}
@@ -1173,7 +1160,7 @@ spec:
 fn gateway_routes(k: &Kubectl, admin: &Path, tkc: &Path) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("gateway.yaml");
-    std::fs::write(&file, HOST_GATEWAY)?;
+    std::fs::write(&file, e2e::host_gateways("platform", &["shared"]))?;
     kc_ok(k, admin, &["apply", "-f", &file.display().to_string()])?;
     poll("the tenant's HTTPRoute CRD", 90, || {
         seen(

@@ -153,20 +153,6 @@ spec:
     ),
 ];
 
-/// The host's shared Gateway (of `fabrik up`'s simulated class) the tenants may use.
-const HOST_GATEWAY: &str = r#"apiVersion: v1
-kind: Namespace
-metadata: {name: infra}
----
-apiVersion: gateway.networking.k8s.io/v1
-kind: Gateway
-metadata: {name: shared, namespace: infra}
-spec:
-  gatewayClassName: fabrik
-  listeners:
-  - {name: http, port: 80, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
-"#;
-
 fn write_chart(dir: &Path) -> Result<PathBuf> {
     let chart = dir.join("trainer-platform");
     e2e::write_files(&chart, CHART)?;
@@ -235,7 +221,8 @@ fn a_workload_chart_installs_tests_and_uninstalls_with_nothing_left() {
         },
     )
     .expect("the host's Gateway API");
-    e2e::kc_apply_ok(k, &host, HOST_GATEWAY).expect("the host's Gateway");
+    e2e::kc_apply_ok(k, &host, &e2e::host_gateways("fabrik", &["shared"]))
+        .expect("the host's Gateway");
     for h in hs {
         let run = || -> Result<()> {
             let tenant = format!("platform{}", h.major);
