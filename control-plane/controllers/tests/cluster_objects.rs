@@ -2,8 +2,7 @@
 //! `kubernetes` Service against the real `fabrik up` (which runs the controllers inside the
 //! server). Each test starts its own server and plays the kubelet through `pods/status`.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{bail, Result};
 use e2e::Fabrik;
@@ -18,6 +17,9 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
+mod common;
+use common::wait_for;
+
 async fn start() -> Result<(Fabrik, kube::Client)> {
     start_with(&[]).await
 }
@@ -28,27 +30,6 @@ async fn start_with(args: &[&str]) -> Result<(Fabrik, kube::Client)> {
     let fabrik = Fabrik::start_with(args)?;
     let client = fabrik.client().await?;
     Ok((fabrik, client))
-}
-
-/// Polls `check` until it returns Some, or fails after `secs`.
-async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut last_err = None;
-    loop {
-        match check().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what} (last error: {last_err:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Plays the kubelet: the pod is Running, with `ip`, Ready or not.

@@ -5,10 +5,9 @@
 //! resolves their references as the cluster changes, and stops writing once the statuses are
 //! right.
 
-use std::future::Future;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use e2e::real_host::RealHost;
 use e2e::Fabrik;
 use fabrik_controllers::gateway;
@@ -17,6 +16,9 @@ use kube::discovery::ApiResource;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
+mod common;
+use common::wait_for;
+
 fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {
         group: "gateway.networking.k8s.io".into(),
@@ -24,27 +26,6 @@ fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
         api_version: format!("gateway.networking.k8s.io/{version}"),
         kind: kind.into(),
         plural: plural.into(),
-    }
-}
-
-/// Polls `check` until it returns Some, or fails after `secs`.
-async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut last_err = None;
-    loop {
-        match check().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what} (last error: {last_err:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

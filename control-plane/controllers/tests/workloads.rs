@@ -2,11 +2,10 @@
 //! controllers in-process over HTTPS and plays the kubelet through `pods/status`.
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use e2e::Fabrik;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
@@ -18,6 +17,9 @@ use kube::runtime::{watcher, WatchStreamExt};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
+
+mod common;
+use common::wait_for;
 
 struct Cluster {
     fabrik: Fabrik,
@@ -47,27 +49,6 @@ async fn cluster() -> Result<Cluster> {
         client,
         stop: Some(tx),
     })
-}
-
-/// Polls `check` until it returns Some, or fails after `secs`.
-async fn wait_for<T, F, Fut>(what: &str, secs: u64, mut check: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<Option<T>>>,
-{
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let mut last_err = None;
-    loop {
-        match check().await {
-            Ok(Some(v)) => return Ok(v),
-            Ok(None) => {}
-            Err(e) => last_err = Some(e),
-        }
-        if Instant::now() > deadline {
-            bail!("timed out waiting for {what} (last error: {last_err:?})");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 fn now() -> String {
