@@ -226,18 +226,23 @@ fn host_filter(
     Ok(json!({"type": ty, *field: conf}))
 }
 
-/// The paths a route hands its Gateway — match values and the rewrites and redirects of its
+/// The values a route hands its Gateway: the paths — match values and the rewrites and redirects of its
 /// filters — that fail the checks synced Ingresses' paths pass
 /// ([`crate::ingresses`]: absolute, no `//`, `/../`, `%2f`, no whitespace, quotes, `;`,
 /// braces or backslashes, which some Gateway implementations paste into proxy configuration),
-/// as field errors.
-fn unsafe_paths(route: &Value) -> Vec<String> {
+/// as field errors; and header and query parameter names and values with control characters
+/// (a line break would end a proxy's header directive).
+fn unsafe_values(route: &Value) -> Vec<String> {
     let mut errs = Vec::new();
     let mut check = |at: String, path: &Value, path_type: &str| {
         let Some(p) = path.as_str() else { return };
         // A regular expression needs its braces and backslashes; nothing that ends a
         // configuration statement or string.
-        let why = if path_type == "RegularExpression" {
+        let why = if path_type == "Header" {
+            p.chars()
+                .any(char::is_control)
+                .then_some("must not contain control characters")
+        } else if path_type == "RegularExpression" {
             p.chars()
                 .any(|c| c.is_control() || c.is_whitespace() || matches!(c, '"' | '\'' | ';' | '`'))
                 .then_some("must not contain whitespace, control characters, quotes, ';' or '`'")
@@ -265,6 +270,14 @@ fn unsafe_paths(route: &Value) -> Vec<String> {
                 &m["path"]["value"],
                 ty,
             );
+            for list in ["headers", "queryParams"] {
+                for (k, h) in m[list].as_array().into_iter().flatten().enumerate() {
+                    for f in ["name", "value"] {
+                        let at = format!("spec.rules[{i}].matches[{j}].{list}[{k}].{f}");
+                        check(at, &h[f], "Header");
+                    }
+                }
+            }
         }
         for (path, f) in filters_of(rule, &format!("spec.rules[{i}]")) {
             for field in ["urlRewrite", "requestRedirect"] {
@@ -454,10 +467,12 @@ pub fn host_route(
             refused,
         };
     }
-    let paths = unsafe_paths(route);
+    let paths = unsafe_values(route);
     if !paths.is_empty() {
         refused.extend(paths);
-        refused.push("the route is not synced while it holds a path the host may not see".into());
+        refused.push(
+            "the route is not synced while it holds a path or header the host may not see".into(),
+        );
         return Built {
             object: None,
             refused,
@@ -497,7 +512,7 @@ pub fn check_route(route: &Value, policy: &Policy) -> Result<(), Vec<String>> {
     if host_parents(route, policy).is_empty() {
         return Ok(());
     }
-    let mut errs = unsafe_paths(route);
+    let mut errs = unsafe_values(route);
     for (i, h) in route["spec"]["hostnames"]
         .as_array()
         .into_iter()
@@ -851,6 +866,16 @@ mod tests {
         assert_eq!(check_route(&re, &policy()), Ok(()));
         re["spec"]["rules"][0]["matches"][0]["path"]["value"] = json!("/x\"; evil");
         assert!(check_route(&re, &policy()).is_err());
+        // A header value may hold anything but a line break.
+        let mut h = route();
+        h["spec"]["rules"][0]["matches"][0]["headers"][0]["value"] = json!("big; \"quoted\"");
+        assert_eq!(check_route(&h, &policy()), Ok(()));
+        h["spec"]["rules"][0]["matches"][0]["headers"][0]["value"] = json!("big\r\nX-Admin: 1");
+        let errs = check_route(&h, &policy()).expect_err("refused");
+        assert!(
+            errs[0].starts_with("spec.rules[0].matches[0].headers[0].value"),
+            "{errs:?}"
+        );
     }
 
     #[test]
