@@ -226,11 +226,11 @@ fn host_filter(
     Ok(json!({"type": ty, *field: conf}))
 }
 
-/// The values a route hands its Gateway: the paths — match values and the rewrites and redirects of its
-/// filters — that fail the checks synced Ingresses' paths pass
-/// ([`crate::ingresses`]: absolute, no `//`, `/../`, `%2f`, no whitespace, quotes, `;`,
-/// braces or backslashes, which some Gateway implementations paste into proxy configuration),
-/// as field errors; and header and query parameter names and values with control characters
+/// The values a route hands its Gateway that fail its checks, as field errors: paths (match
+/// values, the rewrites and redirects of its filters) that fail the checks synced Ingresses'
+/// paths pass ([`crate::ingresses`]: absolute, no `//`, `/../`, `%2f`, no whitespace, quotes,
+/// `;`, braces or backslashes, which some Gateway implementations paste into proxy
+/// configuration), and header and query parameter names and values with control characters
 /// (a line break would end a proxy's header directive).
 fn unsafe_values(route: &Value) -> Vec<String> {
     let mut errs = Vec::new();
