@@ -155,7 +155,7 @@ pub fn arrival_order(pods: &[Pod]) -> Vec<&Pod> {
             ((created(p), *t, holds, ns(p), name(p)), p)
         })
         .collect();
-    keyed.sort_by(|(a, _), (b, _)| a.cmp(b));
+    keyed.sort_by_key(|(k, _)| *k);
     keyed.into_iter().map(|(_, p)| p).collect()
 }
 
