@@ -78,6 +78,34 @@ pub const GANG: &str = "fabrik.dev/gang";
 /// Pod label or annotation: how many pods the gang has (placement waits for all of them).
 pub const GANG_SIZE: &str = "fabrik.dev/gang-size";
 
+/// Prefix of the host resources of capped GPU shares the node agent publishes and enforces
+/// (`fabrik.dev/shared-gpu-<MiB>mib-<pct>pct`).
+pub const SHARED_GPU_PREFIX: &str = "fabrik.dev/shared-gpu-";
+
+/// Whether a host resource name is a GPU device of some kind: a whole GPU, a MIG device, a
+/// time-sliced replica or a capped share.
+pub fn is_host_gpu_resource(name: &str) -> bool {
+    fabrik_machinery::quota::is_gpu_resource(name) || name.starts_with(SHARED_GPU_PREFIX)
+}
+
+/// The scheduling gate the syncer puts on host pods that ask for GPUs: Fabrik's GPU queue
+/// clears it when it admits the pod's workload (whatever scheduler then binds it).
+pub const QUEUE_GATE: &str = "fabrik.dev/queue";
+
+/// Host pod annotation the GPU queue writes when it admits a pod: the time (nanoseconds since
+/// the epoch) and whether it was admitted on borrowed GPUs (`borrowed`) or within the
+/// guarantee (`guaranteed`), e.g. `1764928800000000000 guaranteed`.
+pub const ANNOTATION_QUEUE_ADMITTED: &str = "fabrik.dev/queue-admitted";
+
+/// Host pod annotation the syncer writes on gated pods: when the tenant pod arrived
+/// (nanoseconds since the epoch), the queue's arrival order finer than the one-second
+/// `creationTimestamp`.
+pub const ANNOTATION_QUEUE_ARRIVAL: &str = "fabrik.dev/queue-arrival";
+
+/// The reason of a pod condition (`DisruptionTarget`) and Event when the GPU queue reclaims
+/// borrowed GPUs by preempting a pod.
+pub const REASON_QUEUE_RECLAIM: &str = "PreemptedByFairShare";
+
 /// Pod annotation read by the simulated kubelet: seconds the simulated containers take to stop
 /// after SIGTERM (default 0; a value above the grace period means they are killed at its end).
 pub const ANNOTATION_SIM_STOP_SECONDS: &str = "fabrik.dev/sim-stop-seconds";

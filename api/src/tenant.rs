@@ -42,6 +42,51 @@ pub struct TenantSpec {
     /// What is synced besides the built-in kinds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sync: Option<TenantSync>,
+    /// The tenant's place in the shared GPU queue: `quota.gpus` is its guaranteed share; this
+    /// says how far beyond it the tenant may borrow idle GPUs, how much of its own idle share
+    /// others may borrow, and its weight when several borrow.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<TenantQueue>,
+}
+
+impl TenantSpec {
+    /// The GPUs of each kind the tenant is guaranteed (`quota.gpus`); `None`: no GPU quota.
+    pub fn gpu_guarantee(&self) -> Option<i64> {
+        self.quota.as_ref().and_then(|q| q.gpus).map(|g| g.max(0))
+    }
+
+    /// The most GPUs of each kind the tenant may hold (and its quota allows): its guarantee
+    /// plus its borrowing limit; `None`: no GPU quota.
+    pub fn gpu_cap(&self) -> Option<i64> {
+        let borrow = self
+            .queue
+            .as_ref()
+            .and_then(|q| q.borrowing_limit)
+            .unwrap_or(0)
+            .max(0);
+        self.gpu_guarantee().map(|g| g.saturating_add(borrow))
+    }
+}
+
+/// A tenant's GPU queue settings (see docs/user-guide.md, "GPU queues").
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TenantQueue {
+    /// GPUs of each of its kinds the tenant may hold beyond its guarantee (`quota.gpus`)
+    /// while others leave theirs idle; borrowed GPUs are reclaimed when their owners need them.
+    /// 0 when unset: no borrowing. Raises the tenant's quota to `gpus + borrowingLimit`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub borrowing_limit: Option<i64>,
+    /// Of its idle guaranteed GPUs, how many of each kind others may borrow. Unset: all.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub lending_limit: Option<i64>,
+    /// The tenant's weight when idle GPUs are shared among borrowers (1 when unset): a tenant
+    /// of weight 2 gets twice the borrowed share of a tenant of weight 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1000))]
+    pub weight: Option<i64>,
 }
 
 /// Resource limits of a tenant, enforced on the host and at the tenant's admission.
@@ -180,6 +225,35 @@ pub struct TenantStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The tenant's GPU queue, per host GPU resource, as the queue controller last decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub queue: Vec<QueueStatus>,
+}
+
+/// One GPU resource of a tenant's queue (devices of that host resource).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueStatus {
+    /// The host resource (`nvidia.com/gpu`, `nvidia.com/mig-1g.18gb`, ...).
+    pub resource: String,
+    /// Its guaranteed share.
+    #[serde(default)]
+    pub guaranteed: i64,
+    /// Held by its admitted pods (running or about to be).
+    #[serde(default)]
+    pub admitted: i64,
+    /// Of `admitted`, held beyond its guarantee.
+    #[serde(default)]
+    pub borrowed: i64,
+    /// Of its idle guarantee, held by other tenants.
+    #[serde(default)]
+    pub lent: i64,
+    /// Asked for by its pods waiting in the queue.
+    #[serde(default)]
+    pub pending: i64,
+    /// Its fair share under the current demand: what reclaim gives back to it.
+    #[serde(default)]
+    pub fair_share: i64,
 }
 
 /// A Secret by namespace and name.

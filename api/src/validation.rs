@@ -229,6 +229,36 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
             ));
         }
     }
+    if let Some(queue) = &spec.queue {
+        for (field, value) in [
+            ("borrowingLimit", queue.borrowing_limit),
+            ("lendingLimit", queue.lending_limit),
+        ] {
+            if value.is_some_and(|v| v < 0) {
+                errs.push(SpecError::new(
+                    format!("spec.queue.{field}"),
+                    "must not be negative",
+                ));
+            }
+        }
+        if queue.weight.is_some_and(|w| !(1..=1000).contains(&w)) {
+            errs.push(SpecError::new(
+                "spec.queue.weight",
+                "must be between 1 and 1000",
+            ));
+        }
+        let guarantee = spec.quota.as_ref().and_then(|q| q.gpus);
+        if let (Some(lend), Some(g)) = (queue.lending_limit, guarantee) {
+            if lend > g {
+                errs.push(SpecError::new(
+                    "spec.queue.lendingLimit",
+                    format!(
+                        "must not exceed spec.quota.gpus ({g}): a tenant lends only its own GPUs"
+                    ),
+                ));
+            }
+        }
+    }
     errs
 }
 
@@ -253,7 +283,7 @@ pub fn describe(errs: &[SpecError]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tenant::{TenantIsolation, TenantNetwork, TenantQuota, TenantSync};
+    use crate::tenant::{TenantIsolation, TenantNetwork, TenantQueue, TenantQuota, TenantSync};
 
     fn fields(spec: &TenantSpec) -> Vec<String> {
         validate_spec(spec).into_iter().map(|e| e.field).collect()
@@ -284,6 +314,11 @@ mod tests {
             sync: Some(TenantSync {
                 extra_kinds: vec!["widgets.example.com".into()],
             }),
+            queue: Some(TenantQueue {
+                borrowing_limit: Some(6),
+                lending_limit: Some(2),
+                weight: Some(3),
+            }),
         };
         assert_eq!(validate_spec(&spec), Vec::new());
     }
@@ -296,6 +331,7 @@ mod tests {
                 cpu: Some("lots".into()),
                 memory: Some("-5Gi".into()),
                 pods: Some(-1),
+                gpus: Some(2),
                 gpu_sharing: Some("mig:0g.5gb".into()),
                 gpu_types: vec!["timeslice".into(), "share:8192,25".into(), "fast".into()],
                 storage: Some("-1".into()),
@@ -314,6 +350,11 @@ mod tests {
             }),
             sync: Some(TenantSync {
                 extra_kinds: vec!["widgets".into()],
+            }),
+            queue: Some(TenantQueue {
+                borrowing_limit: Some(-1),
+                lending_limit: Some(3),
+                weight: Some(0),
             }),
         };
         assert_eq!(
@@ -335,6 +376,9 @@ mod tests {
                 "spec.isolation.nodeSelector[bad key!]",
                 "spec.network.segment",
                 "spec.sync.extraKinds[0]",
+                "spec.queue.borrowingLimit",
+                "spec.queue.weight",
+                "spec.queue.lendingLimit",
             ]
         );
         let memory = validate_spec(&spec)

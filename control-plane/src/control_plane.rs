@@ -164,6 +164,9 @@ pub struct ManagerConfig {
     pub dns_nameserver: Option<String>,
     /// Local ports that may serve Services' webhooks (`fabrik up --local-backends`).
     pub local_backends: Option<std::ops::RangeInclusive<u16>>,
+    /// The GPU queue (tenants' GPU pods wait at its gate), or none (GPU pods go straight to
+    /// the host's scheduler).
+    pub gpu_queue: Option<crate::queue::Settings>,
 }
 
 /// The running tenant manager.
@@ -172,6 +175,7 @@ pub struct TenantManager {
     /// The shard lease loop, this replica's shards and the host, when sharded.
     sharding: Option<(JoinHandle<()>, Arc<Shards>, kube::Client)>,
     usage_history: Arc<tenants::usage::History>,
+    queue: Option<(JoinHandle<()>, Arc<crate::queue::Figures>)>,
 }
 
 impl TenantManager {
@@ -206,6 +210,27 @@ impl TenantManager {
             );
             (task, shards, config.host.clone())
         });
+        // The GPU queue decides on one replica: the holder of shard 0 when sharded.
+        let queue = config.gpu_queue.map(|settings| {
+            runtime.set_gpu_queue(true);
+            let figures = Arc::new(crate::queue::Figures::default());
+            let leader: Arc<dyn Fn() -> bool + Send + Sync> = match &sharding {
+                Some((_, shards, _)) => {
+                    let shards = shards.clone();
+                    Arc::new(move || shards.owns_shard(0))
+                }
+                None => Arc::new(|| true),
+            };
+            let task = tokio::spawn(crate::queue::run(
+                config.host.clone(),
+                settings,
+                figures.clone(),
+                leader,
+                Arc::new(tenants::manager::gpu_resources),
+                std::future::pending::<()>(),
+            ));
+            (task, figures)
+        });
         let usage_history = runtime.usage_history.clone();
         let usage = tenants::usage::Settings {
             namespace: config.usage_namespace,
@@ -216,7 +241,13 @@ impl TenantManager {
             task,
             sharding,
             usage_history,
+            queue,
         }
+    }
+
+    /// The GPU queue's figures (for `/metrics`), when it runs.
+    pub fn queue_figures(&self) -> Option<Arc<crate::queue::Figures>> {
+        self.queue.as_ref().map(|(_, f)| f.clone())
     }
 
     /// The nodes' GPU-second counters over time, for the OpenCost allocation export.
@@ -227,6 +258,9 @@ impl TenantManager {
     /// Waits (bounded) for the manager to stop its tenants after its shutdown signal; when
     /// sharded, then gives this replica's shards up so that the others take over at once.
     pub async fn stopped(self) {
+        if let Some((task, _)) = &self.queue {
+            task.abort();
+        }
         if tokio::time::timeout(MANAGER_STOP_GRACE, self.task)
             .await
             .is_err()

@@ -10,6 +10,7 @@ mod keyspaces;
 mod login;
 mod nodes;
 mod pod_streams;
+mod queue;
 mod resource_metrics;
 mod serve;
 mod shards;

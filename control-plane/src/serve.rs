@@ -104,6 +104,9 @@ pub struct ServeArgs {
     /// User authentication (OIDC).
     #[command(flatten)]
     auth: crate::authn::AuthArgs,
+    /// The GPU queue.
+    #[command(flatten)]
+    queue: crate::queue::QueueArgs,
     /// The tenants' cluster DNS.
     #[command(flatten)]
     dns: crate::dns::DnsArgs,
@@ -521,6 +524,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             api_address,
             dns_nameserver,
             local_backends: None,
+            gpu_queue: args.queue.settings(),
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;

@@ -82,6 +82,9 @@ pub struct UpArgs {
     /// Off by default; a real host has no such setting.
     #[arg(long, value_name = "PORTS", value_parser = fabrik_apiserver::webhook::backends::parse_port_range)]
     local_backends: Option<std::ops::RangeInclusive<u16>>,
+    /// The GPU queue.
+    #[command(flatten)]
+    queue: crate::queue::QueueArgs,
     /// The tenants' cluster DNS.
     #[command(flatten)]
     dns: crate::dns::DnsArgs,
@@ -301,6 +304,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 }),
                 dns_nameserver,
                 local_backends: args.local_backends.clone(),
+                gpu_queue: args.queue.settings(),
             },
             cluster.server.shutdown_signal(),
         );
@@ -326,6 +330,11 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 "fabrik".to_string(),
             ),
         );
+        if let Some(figures) = manager.queue_figures() {
+            cluster
+                .server
+                .add_metrics_source(Arc::new(move || figures.metrics_text()));
+        }
         Some(manager)
     };
 

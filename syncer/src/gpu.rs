@@ -24,7 +24,10 @@ pub fn host_resource(sharing: &GpuSharing) -> String {
         GpuSharing::Shared {
             memory_mib,
             compute_pct,
-        } => format!("fabrik.dev/shared-gpu-{memory_mib}mib-{compute_pct}pct"),
+        } => format!(
+            "{}{memory_mib}mib-{compute_pct}pct",
+            fabrik_api::SHARED_GPU_PREFIX
+        ),
         GpuSharing::TimeSliced => RESOURCE_GPU_SHARED.to_string(),
     }
 }

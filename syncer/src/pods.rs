@@ -355,7 +355,31 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
         }
     }
     r.dns(spec, &mut out);
+    if ctx.policy.gpu_queue && asks_for_gpus(&out) {
+        // Held until the GPU queue admits the pod's workload (any scheduler honours gates).
+        out.insert(
+            "schedulingGates".into(),
+            json!([{"name": fabrik_api::QUEUE_GATE}]),
+        );
+    }
     Ok(json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": out}))
+}
+
+/// Whether a (host) pod spec asks for GPU devices: a GPU resource of any container.
+pub fn asks_for_gpus(spec: &Map<String, Value>) -> bool {
+    ["containers", "initContainers"].iter().any(|list| {
+        spec.get(*list)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                ["requests", "limits"].iter().any(|k| {
+                    c["resources"][k].as_object().is_some_and(|r| {
+                        r.keys().any(|name| fabrik_api::is_host_gpu_resource(name))
+                    })
+                })
+            })
+    })
 }
 
 /// The pod's hostname inside the container: the tenant's, or its name cut to a DNS label.

@@ -77,6 +77,9 @@ pub struct Policy {
     /// Whether the host's DeviceClasses are mirrored into the tenant (it may claim devices:
     /// its quota allows GPUs).
     pub device_classes: bool,
+    /// Whether host pods that ask for GPUs are held by the GPU queue's scheduling gate
+    /// ([`fabrik_api::QUEUE_GATE`]) until the queue admits them.
+    pub gpu_queue: bool,
 }
 
 /// The address tenant pods reach their tenant API at: a host Service in front of the Fabrik

@@ -802,6 +802,15 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             );
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
+        if tpod["spec"]["schedulingGates"]
+            .as_array()
+            .is_some_and(|g| !g.is_empty())
+        {
+            // Gated in the tenant (by the tenant's own queue, e.g. Kueue): not scheduled
+            // anywhere until its gates are cleared, as on any cluster; its tenant API server
+            // already says `SchedulingGated`. Looked at again when the pod changes.
+            return Ok(());
+        }
         if let Some(why) = claims_refused(ctx, &tpod) {
             // Never run a pod without the devices it claims: say why, once, and wait (the
             // pod is reconciled again when the host or the Tenant changes).
@@ -845,7 +854,18 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             gang,
         };
         let want = match pods::host_pod(&tpod, &pctx) {
-            Ok(want) => want,
+            Ok(mut want) => {
+                if want["spec"]["schedulingGates"].is_array() {
+                    // Its place in the GPU queue, finer than the one-second creation time.
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map(|d| d.as_nanos())
+                        .unwrap_or(0);
+                    want["metadata"]["annotations"][fabrik_api::ANNOTATION_QUEUE_ARRIVAL] =
+                        json!(now.to_string());
+                }
+                want
+            }
             // Permanent (the pod's spec is immutable where it matters): say so in the tenant
             // pod's status once, and do not retry.
             Err(e @ pods::Error::UnsafePath(_)) => {

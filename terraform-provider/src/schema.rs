@@ -237,6 +237,11 @@ fn spec_attrs(mode: Mode) -> Vec<Attr> {
         Attr::new("sync", Kind::Nested(vec![
             strings("extra_kinds", m(O), "`<resource>.<group>` of kinds synced down besides the built-in set."),
         ]), m(O), "What is synced besides the built-in kinds."),
+        Attr::new("queue", Kind::Nested(vec![
+            number("borrowing_limit", m(O), "GPUs of each of its kinds the tenant may hold beyond its guarantee (`quota.gpus`) while others leave theirs idle; reclaimed when their owners need them. 0 when unset."),
+            number("lending_limit", m(O), "Of its idle guaranteed GPUs, how many of each kind others may borrow. Unset: all."),
+            number("weight", m(O), "The tenant's weight when idle GPUs are shared among borrowers (1 to 1000; 1 when unset)."),
+        ]), m(O), "The tenant's place in the shared GPU queue."),
     ]
 }
 

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use fabrik_api::tenant::{
-    Tenant, TenantIsolation, TenantNetwork, TenantQuota, TenantSpec, TenantSync,
+    Tenant, TenantIsolation, TenantNetwork, TenantQueue, TenantQuota, TenantSpec, TenantSync,
 };
 use kube::ResourceExt;
 
@@ -13,7 +13,7 @@ use crate::diag::{path, Diag, Path, Step};
 use crate::value::{Number, Value};
 
 /// The spec attributes of the resource (the rest are identity, status and settings).
-pub const SPEC_ATTRS: [&str; 5] = ["owners", "quota", "isolation", "network", "sync"];
+pub const SPEC_ATTRS: [&str; 6] = ["owners", "quota", "isolation", "network", "sync", "queue"];
 
 /// Checks a tenant name as every part of Fabrik does.
 pub fn check_name(name: &str) -> Result<(), String> {
@@ -122,6 +122,14 @@ pub fn validate(config: &Value) -> Vec<Diag> {
     for field in ["pods", "gpus", "node_ports", "load_balancers", "objects"] {
         whole(quota.get(field), path(&["quota", field]), None, &mut diags);
     }
+    for field in ["borrowing_limit", "lending_limit", "weight"] {
+        whole(
+            config.get("queue").get(field),
+            path(&["queue", field]),
+            None,
+            &mut diags,
+        );
+    }
     whole(
         config.get("network").get("segment"),
         path(&["network", "segment"]),
@@ -201,6 +209,11 @@ pub fn spec_of(v: &Value) -> TenantSpec {
         sync: object("sync").map(|s| TenantSync {
             extra_kinds: string_list(s.get("extra_kinds")),
         }),
+        queue: object("queue").map(|q| TenantQueue {
+            borrowing_limit: opt_int(q.get("borrowing_limit")),
+            lending_limit: opt_int(q.get("lending_limit")),
+            weight: opt_int(q.get("weight")),
+        }),
     }
 }
 
@@ -224,7 +237,7 @@ fn object(fields: Vec<(&str, Value)>) -> Value {
 }
 
 /// The spec attributes as values (`owners`, `quota`, ...), in `SPEC_ATTRS` order.
-pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
+pub fn spec_values(spec: &TenantSpec) -> [Value; 6] {
     [
         Value::strings(&spec.owners),
         spec.quota
@@ -275,6 +288,16 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 5] {
         spec.sync
             .as_ref()
             .map(|s| object(vec![("extra_kinds", Value::strings(&s.extra_kinds))]))
+            .unwrap_or(Value::Null),
+        spec.queue
+            .as_ref()
+            .map(|q| {
+                object(vec![
+                    ("borrowing_limit", int_or_null(q.borrowing_limit)),
+                    ("lending_limit", int_or_null(q.lending_limit)),
+                    ("weight", int_or_null(q.weight)),
+                ])
+            })
             .unwrap_or(Value::Null),
     ]
 }
@@ -372,6 +395,14 @@ mod tests {
                 "sync",
                 object(vec![("extra_kinds", Value::strings(&["widgets".into()]))]),
             ),
+            (
+                "queue",
+                object(vec![
+                    ("borrowing_limit", Value::int(-2)),
+                    ("lending_limit", Value::Null),
+                    ("weight", Value::int(5000)),
+                ]),
+            ),
         ]);
         let diags = validate(&c);
         assert_eq!(
@@ -388,7 +419,9 @@ mod tests {
                 "quota.gpu_sharing",
                 "isolation.allow[1]",
                 "network.segment",
-                "sync.extra_kinds[0]"
+                "sync.extra_kinds[0]",
+                "queue.borrowing_limit",
+                "queue.weight"
             ]
         );
         assert!(diags.iter().all(|d| d.error));
@@ -449,6 +482,11 @@ mod tests {
             }),
             network: Some(TenantNetwork { segment: Some(7) }),
             sync: None,
+            queue: Some(TenantQueue {
+                borrowing_limit: Some(4),
+                lending_limit: None,
+                weight: Some(2),
+            }),
         };
         let tenant = Tenant::new("ml", spec.clone());
         let mut state = Value::null_object(&schema::tenant_resource().ty());

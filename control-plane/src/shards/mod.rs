@@ -207,6 +207,11 @@ impl Shards {
         self.owned.borrow().contains(&shard_of(tenant))
     }
 
+    /// Whether this replica holds the Lease of `shard`.
+    pub fn owns_shard(&self, shard: u32) -> bool {
+        self.owned.borrow().contains(&shard)
+    }
+
     /// Yields whenever the set of owned shards changes (to reconcile every tenant again).
     pub fn changes(&self) -> impl Stream<Item = ()> + Send + 'static {
         let rx = self.owned.subscribe();

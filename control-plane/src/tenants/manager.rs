@@ -119,6 +119,8 @@ pub struct Runtime {
     pub local_backends: Option<std::ops::RangeInclusive<u16>>,
     /// Each tenant's webhook address rules (updated as the spec changes).
     webhook_targets: std::sync::Mutex<HashMap<String, Arc<Targets>>>,
+    /// Whether host pods asking for GPUs wait for the GPU queue (see [`crate::queue`]).
+    gpu_queue: std::sync::atomic::AtomicBool,
 }
 
 impl Runtime {
@@ -158,7 +160,15 @@ impl Runtime {
             dns_nameserver,
             local_backends,
             webhook_targets: std::sync::Mutex::new(HashMap::new()),
+            gpu_queue: std::sync::atomic::AtomicBool::new(false),
         })
+    }
+
+    /// Holds tenants' GPU pods for the GPU queue (set before the manager runs, when the queue
+    /// controller runs).
+    pub fn set_gpu_queue(&self, on: bool) {
+        self.gpu_queue
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Runs only the tenants of the shards `shards` owns (set once, before the manager runs).
@@ -391,9 +401,9 @@ fn quota_hard(tenant: &Tenant) -> BTreeMap<String, String> {
         if let Some(p) = q.pods {
             hard.insert("pods".into(), p.to_string());
         }
-        if let Some(g) = q.gpus {
+        if let Some(g) = tenant.spec.gpu_cap() {
             // The resources the syncer puts on the tenant's host pods, each at most all of
-            // them (the tenant's own API server limits their sum).
+            // them (the tenant's own API server limits their sum); with what it may borrow.
             let policy = policy_of(tenant);
             for kind in syncer::gpu::kinds(&policy) {
                 let resource = format!("requests.{}", syncer::gpu::host_resource(kind));
@@ -428,7 +438,7 @@ fn tenant_quota_hard(tenant: &Tenant) -> fabrik_apiserver::admission::resource_q
     if let Some(p) = q.pods {
         put("pods", p.to_string());
     }
-    if let Some(g) = q.gpus {
+    if let Some(g) = tenant.spec.gpu_cap() {
         put("requests.nvidia.com/gpu", g.to_string());
         if !q.gpu_types.is_empty() {
             // Every kind the tenant may request counts: one sum.
@@ -765,6 +775,7 @@ fn tenant_policy(rt: &Runtime, tenant: &Tenant) -> syncer::Policy {
     let mut policy = policy_of(tenant);
     policy.api_address = rt.api_address.clone();
     policy.dns_nameserver = rt.dns_nameserver.clone();
+    policy.gpu_queue = rt.gpu_queue.load(std::sync::atomic::Ordering::Relaxed);
     policy
 }
 
@@ -814,8 +825,20 @@ fn policy_of(tenant: &Tenant) -> syncer::Policy {
         route_hostnames: iso.route_hostnames.clone(),
         external_names: iso.external_names.clone(),
         api_address: None,
-        device_classes: tenant.spec.quota.as_ref().and_then(|q| q.gpus) != Some(0),
+        device_classes: tenant.spec.gpu_cap() != Some(0),
+        gpu_queue: false,
     }
+}
+
+/// The host GPU resources a tenant's pods are given (one per kind it may request).
+pub fn gpu_resources(tenant: &Tenant) -> Vec<String> {
+    let policy = policy_of(tenant);
+    let mut out: Vec<String> = syncer::gpu::kinds(&policy)
+        .map(syncer::gpu::host_resource)
+        .collect();
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// The syncer's form of one `gpuSharing` / `gpuTypes` value; `None` when it does not parse.
@@ -1075,6 +1098,8 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
         // Left out of the merge patch: `usage` is the usage reporter's (tenants::usage).
         usage: None,
         observed_generation: tenant.metadata.generation,
+        // Left out too (empty): `queue` is the GPU queue's (crate::queue).
+        queue: Vec::new(),
     };
     let unchanged = tenant.status.as_ref().is_some_and(|s| {
         s.phase == status.phase

@@ -6,7 +6,7 @@
 //! `fabrik.dev/gpu-ids` (DRA device names) and `fabrik.dev/gpu-devices` (their UUIDs, which the
 //! node agent reads to know which GPUs are busy). A pod that cannot be placed gets
 //! `PodScheduled=False`, reason `Unschedulable`, with why. It takes pods whose `schedulerName`
-//! is unset, `default-scheduler` or `fabrik-scheduler`.
+//! is unset, `default-scheduler` or `fabrik-scheduler`, and that no scheduling gate holds.
 //!
 //! Pods with ResourceClaims ([`claims`]) get their claims allocated on the node they go to,
 //! before they are bound: the claim's `status.allocation` and `reservedFor` are written (guarded
@@ -106,7 +106,12 @@ fn ours(pod: &Pod) -> bool {
         .is_none_or(str::is_empty);
     let scheduler = spec.and_then(|s| s.scheduler_name.as_deref());
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    // A gated pod waits until whoever holds its gates (Fabrik's GPU queue) clears them.
+    let gated = spec
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty());
     unbound
+        && !gated
         && pod.metadata.deletion_timestamp.is_none()
         && !matches!(phase, Some("Succeeded" | "Failed"))
         && matches!(

@@ -168,6 +168,17 @@ impl Registry {
                     message: format!("pod {name} is being deleted, cannot be assigned to a host"),
                 });
             }
+            if pod["spec"]["schedulingGates"]
+                .as_array()
+                .is_some_and(|g| !g.is_empty())
+            {
+                // As upstream: a gated pod is not bound until its gates are cleared.
+                return Err(ApiError::Conflict {
+                    resource: def.group_resource(),
+                    name: name.into(),
+                    message: format!("pod {name} has non-empty .spec.schedulingGates"),
+                });
+            }
             if let Some(existing) = pod["spec"]["nodeName"].as_str().filter(|n| !n.is_empty()) {
                 return Err(ApiError::Conflict {
                     resource: def.group_resource(),

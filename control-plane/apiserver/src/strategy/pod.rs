@@ -266,6 +266,7 @@ fn mutable_view(spec: &Value) -> Value {
             "tolerations",
             "terminationGracePeriodSeconds",
             "schedulingGates",
+            "nodeSelector",
         ] {
             o.remove(f);
         }
@@ -273,15 +274,101 @@ fn mutable_view(spec: &Value) -> Value {
     v
 }
 
+/// The names of a pod's scheduling gates.
+fn gate_names(spec: &Value) -> Vec<&str> {
+    spec["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g["name"].as_str())
+        .collect()
+}
+
+/// Upstream's scheduling-gate rules for a pod (not a template): qualified, unique names, and no
+/// `nodeName` while a gate is left.
+fn validate_gates(spec: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for (i, g) in spec["schedulingGates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let at = format!("spec.schedulingGates[{i}].name");
+        match g["name"].as_str() {
+            None | Some("") => errs.push(required(at)),
+            Some(name) => {
+                for msg in validation::qualified_name(name) {
+                    errs.push(invalid(at.clone(), name, msg));
+                }
+                if !seen.insert(name) {
+                    errs.push(duplicate(at, name));
+                }
+            }
+        }
+    }
+    let bound = spec["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+    if bound && !seen.is_empty() {
+        errs.push(forbidden(
+            "spec.nodeName",
+            "cannot be set until all schedulingGates have been cleared",
+        ));
+    }
+    errs
+}
+
+/// Upstream's rules for changing scheduling directives: gates may only be removed; while the
+/// pod is gated its `nodeSelector` may gain entries (none changed or removed), otherwise it is
+/// immutable.
+fn validate_scheduling_update(new: &Value, old: &Value) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let old_gates = gate_names(old);
+    for name in gate_names(new) {
+        if !old_gates.contains(&name) {
+            errs.push(forbidden(
+                "spec.schedulingGates",
+                format!("only deletion is allowed, but found new scheduling gate '{name}'"),
+            ));
+        }
+    }
+    let empty = serde_json::Map::new();
+    let old_sel = old["nodeSelector"].as_object().unwrap_or(&empty);
+    let new_sel = new["nodeSelector"].as_object().unwrap_or(&empty);
+    if old_sel != new_sel {
+        let only_added = old_sel.iter().all(|(k, v)| new_sel.get(k) == Some(v));
+        if old_gates.is_empty() {
+            errs.push(forbidden(
+                "spec.nodeSelector",
+                "may only be changed while the pod has scheduling gates",
+            ));
+        } else if !only_added {
+            errs.push(forbidden(
+                "spec.nodeSelector",
+                "only additions are allowed (no updates or deletions) while the pod has scheduling gates",
+            ));
+        }
+    }
+    errs
+}
+
 impl Strategy for PodStrategy {
     fn prepare_for_create(&self, obj: &mut Value) {
         self.prepare_for_create_defaults_only(obj);
         let qos = qos_class(&obj["spec"]);
+        let gated = !gate_names(&obj["spec"]).is_empty();
         if let Some(o) = obj.as_object_mut() {
-            o.insert(
-                "status".into(),
-                json!({"phase": "Pending", "qosClass": qos}),
-            );
+            let mut status = json!({"phase": "Pending", "qosClass": qos});
+            if gated {
+                // As upstream: a gated pod says so until its gates are cleared.
+                status["conditions"] = json!([{
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                }]);
+            }
+            o.insert("status".into(), status);
         }
     }
 
@@ -296,17 +383,21 @@ impl Strategy for PodStrategy {
         if obj.get("spec").is_none() {
             return vec![required("spec.containers")];
         }
-        validate_pod_spec(&obj["spec"], "spec")
+        let mut errs = validate_pod_spec(&obj["spec"], "spec");
+        errs.extend(validate_gates(&obj["spec"]));
+        errs
     }
 
     fn validate_update(&self, new: &Value, old: &Value) -> Vec<FieldError> {
         if mutable_view(&new["spec"]) != mutable_view(&old["spec"]) {
             return vec![forbidden(
                 "spec",
-                "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
+                "pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations),`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative),`spec.schedulingGates` (only removals),`spec.nodeSelector` (only additions, while the pod has scheduling gates)",
             )];
         }
-        Vec::new()
+        let mut errs = validate_gates(&new["spec"]);
+        errs.extend(validate_scheduling_update(&new["spec"], &old["spec"]));
+        errs
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {
@@ -425,6 +516,60 @@ mod tests {
         assert_eq!(p["status"]["phase"], "Pending");
         assert_eq!(p["status"]["qosClass"], "BestEffort");
         assert!(PodStrategy.validate(&p).is_empty());
+    }
+
+    #[test]
+    fn scheduling_gates_follow_upstream() {
+        let mut gated = pod();
+        gated["spec"]["schedulingGates"] = json!([{"name": "example.com/queue"}]);
+        PodStrategy.prepare_for_create(&mut gated);
+        assert!(PodStrategy.validate(&gated).is_empty());
+        assert_eq!(
+            gated["status"]["conditions"][0]["reason"],
+            "SchedulingGated"
+        );
+        // Bad and duplicate names; bound while gated.
+        let mut bad = gated.clone();
+        bad["spec"]["schedulingGates"] = json!([{"name": "a/b/c"}, {"name": "x"}, {"name": "x"}]);
+        bad["spec"]["nodeName"] = json!("n1");
+        let fields: Vec<String> = PodStrategy
+            .validate(&bad)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
+        assert_eq!(
+            fields,
+            vec![
+                "spec.schedulingGates[0].name",
+                "spec.schedulingGates[2].name",
+                "spec.nodeName"
+            ]
+        );
+        // While gated: gates may go, the node selector may grow.
+        let mut next = gated.clone();
+        next["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "n1"});
+        assert!(PodStrategy.validate_update(&next, &gated).is_empty());
+        next["spec"]["schedulingGates"] = json!([]);
+        assert!(PodStrategy.validate_update(&next, &gated).is_empty());
+        // A new gate, a changed selector entry, or a selector change without gates: refused.
+        let mut added = gated.clone();
+        added["spec"]["schedulingGates"] = json!([{"name": "example.com/queue"}, {"name": "y"}]);
+        assert_eq!(
+            PodStrategy.validate_update(&added, &gated)[0].field,
+            "spec.schedulingGates"
+        );
+        let mut changed = next.clone();
+        changed["spec"]["nodeSelector"] = json!({"kubernetes.io/hostname": "n2"});
+        let mut was = next.clone();
+        was["spec"]["schedulingGates"] = json!([{"name": "example.com/queue"}]);
+        assert_eq!(
+            PodStrategy.validate_update(&changed, &was)[0].field,
+            "spec.nodeSelector"
+        );
+        assert_eq!(
+            PodStrategy.validate_update(&changed, &next)[0].field,
+            "spec.nodeSelector"
+        );
     }
 
     #[test]

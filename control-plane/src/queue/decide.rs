@@ -1,0 +1,1098 @@
+//! One decision of the GPU queue, pure: given the tenants' guarantees and limits, what every
+//! tenant holds, the workloads waiting and the nodes as they are, which workloads are admitted
+//! (and where), which borrowed workloads are preempted so that tenants get their fair share
+//! back, and what every waiting pod is told.
+//!
+//! Quantities are devices of one host GPU resource (`nvidia.com/gpu`, a MIG profile, a shared
+//! slice): each resource is shared on its own, with its own guarantees and fair shares, and a
+//! tenant's standing across resources is its dominant share (DRF).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use node_agent::scheduler::fit;
+use node_agent::scheduler::model::{NodeView, PodRequest};
+
+/// Requests or holdings per host GPU resource.
+pub type Gpus = BTreeMap<String, i64>;
+
+/// A tenant's place in the queue.
+#[derive(Clone, Debug, Default)]
+pub struct TenantQueue {
+    /// Tenant name.
+    pub name: String,
+    /// Its GPU resources (the host resources of its kinds).
+    pub resources: Vec<String>,
+    /// Guaranteed devices of each of its resources; `None`: no GPU quota (nothing
+    /// guaranteed, borrowing unbounded).
+    pub guarantee: Option<i64>,
+    /// Devices of each resource it may hold beyond its guarantee.
+    pub borrowing_limit: i64,
+    /// Of its idle guarantee, devices others may borrow; `None`: all.
+    pub lending_limit: Option<i64>,
+    /// Weight among borrowers (≥ 1).
+    pub weight: i64,
+}
+
+impl TenantQueue {
+    /// Its guarantee of `resource`.
+    pub fn guaranteed(&self, resource: &str) -> i64 {
+        match self.guarantee {
+            Some(g) if self.resources.iter().any(|r| r == resource) => g,
+            _ => 0,
+        }
+    }
+
+    /// The most it may hold of `resource`.
+    pub fn cap(&self, resource: &str) -> i64 {
+        match self.guarantee {
+            None => i64::MAX,
+            Some(_) => self
+                .guaranteed(resource)
+                .saturating_add(self.borrowing_limit),
+        }
+    }
+}
+
+/// A workload waiting: one pod, or a gang admitted all together.
+#[derive(Clone, Debug)]
+pub struct Waiting {
+    /// Tenant.
+    pub tenant: String,
+    /// `namespace/gang` or `namespace/pod` (host names).
+    pub key: String,
+    /// Its gated pods.
+    pub pods: Vec<PodRequest>,
+    /// Members it needs before it can be admitted (a gang's size less members admitted).
+    pub needs: usize,
+    /// Priority (higher first within the tenant).
+    pub priority: i32,
+    /// Arrival: the creation time of its first pod, in nanoseconds since the epoch.
+    pub arrival: i128,
+}
+
+impl Waiting {
+    /// What it asks for in all.
+    pub fn gpus(&self) -> Gpus {
+        sum(self.pods.iter())
+    }
+}
+
+/// A pod holding GPUs: where, and which devices (their UUIDs, where known).
+#[derive(Clone, Debug)]
+pub struct HeldPod {
+    /// The pod.
+    pub request: PodRequest,
+    /// Its node.
+    pub node: String,
+    /// The devices it holds there (device names, as `fabrik.dev/gpu-ids` has them).
+    pub devices: Vec<String>,
+}
+
+/// A workload holding GPUs (admitted; running or about to).
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    /// Tenant.
+    pub tenant: String,
+    /// As [`Waiting::key`].
+    pub key: String,
+    /// Its pods.
+    pub pods: Vec<HeldPod>,
+    /// Its priority.
+    pub priority: i32,
+    /// When it was admitted (nanoseconds since the epoch; 0 when unknown).
+    pub admitted_at: i128,
+    /// Whether its pods are already being preempted or deleted.
+    pub leaving: bool,
+}
+
+/// Platform-wide settings.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Whether borrowed GPUs are taken back (by preemption) when their owners need them.
+    pub reclaim: bool,
+    /// How long a workload that fits its tenant's share waits before nodes are reserved for
+    /// it, in nanoseconds.
+    pub starvation_after: i128,
+}
+
+impl Default for Policy {
+    fn default() -> Policy {
+        Policy {
+            reclaim: true,
+            starvation_after: 60 * 1_000_000_000,
+        }
+    }
+}
+
+/// A reservation for a starving workload: nodes no other workload is placed on.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reservation {
+    /// The workload's key.
+    pub key: String,
+    /// The nodes held for it.
+    pub nodes: BTreeSet<String>,
+}
+
+/// Everything one decision looks at.
+#[derive(Clone, Debug, Default)]
+pub struct Input {
+    /// Tenants.
+    pub tenants: Vec<TenantQueue>,
+    /// Devices of each GPU resource on schedulable nodes.
+    pub capacity: Gpus,
+    /// The nodes, with what admitted pods take already committed.
+    pub nodes: Vec<NodeView>,
+    /// Workloads holding GPUs.
+    pub admitted: Vec<Admitted>,
+    /// Workloads waiting, in any order.
+    pub waiting: Vec<Waiting>,
+    /// The reservation of the previous decision, kept while its workload waits.
+    pub reservation: Option<Reservation>,
+    /// Now, in nanoseconds since the epoch.
+    pub now: i128,
+}
+
+/// An admission: the workload's pods and the node each goes to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Admission {
+    /// Workload key.
+    pub key: String,
+    /// Tenant.
+    pub tenant: String,
+    /// (pod name, node) for each pod.
+    pub placements: Vec<(String, String)>,
+    /// Whether it holds GPUs beyond its tenant's guarantee.
+    pub borrowed: bool,
+}
+
+/// A preemption: an admitted workload whose GPUs go back to their owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Preemption {
+    /// Workload key.
+    pub key: String,
+    /// Its tenant.
+    pub tenant: String,
+    /// Its pods.
+    pub pods: Vec<String>,
+    /// Why, for the Event in its tenant.
+    pub message: String,
+}
+
+/// A tenant's standing in one resource.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Standing {
+    /// Guaranteed.
+    pub guaranteed: i64,
+    /// Held (after this decision's admissions).
+    pub admitted: i64,
+    /// Held beyond the guarantee.
+    pub borrowed: i64,
+    /// Of its idle guarantee, held by others.
+    pub lent: i64,
+    /// Still waiting.
+    pub pending: i64,
+    /// Fair share under the current demand.
+    pub fair_share: i64,
+}
+
+/// What a decision says.
+#[derive(Clone, Debug, Default)]
+pub struct Decision {
+    /// Workloads to admit now.
+    pub admit: Vec<Admission>,
+    /// Workloads to preempt.
+    pub preempt: Vec<Preemption>,
+    /// For each waiting pod (`namespace/name`): why it waits.
+    pub waiting: BTreeMap<String, String>,
+    /// Per tenant and resource.
+    pub standings: BTreeMap<String, BTreeMap<String, Standing>>,
+    /// The reservation held after this decision.
+    pub reservation: Option<Reservation>,
+}
+
+fn sum<'a>(pods: impl Iterator<Item = &'a PodRequest>) -> Gpus {
+    let mut out = Gpus::new();
+    for p in pods {
+        for (k, v) in &p.requests {
+            if fabrik_api::is_host_gpu_resource(k) && *v > 0 {
+                *out.entry(k.clone()).or_insert(0) += v;
+            }
+        }
+    }
+    out
+}
+
+fn get(m: &Gpus, r: &str) -> i64 {
+    m.get(r).copied().unwrap_or(0)
+}
+
+/// Shares `pool` among claimants `(weight, want)` by weight, none above its want (water
+/// filling, integer: remainders to the heaviest claimants first, then by position).
+pub fn water_fill(pool: i64, claims: &[(i64, i64)]) -> Vec<i64> {
+    let mut got = vec![0i64; claims.len()];
+    let mut left = pool.max(0);
+    loop {
+        let open: Vec<usize> = (0..claims.len())
+            .filter(|&i| got[i] < claims[i].1)
+            .collect();
+        if open.is_empty() || left == 0 {
+            return got;
+        }
+        let total: i64 = open.iter().map(|&i| claims[i].0.max(1)).sum();
+        let mut given = 0;
+        for &i in &open {
+            let share = left * claims[i].0.max(1) / total;
+            let add = share.min(claims[i].1 - got[i]);
+            got[i] += add;
+            given += add;
+        }
+        if given == 0 {
+            // Fewer devices left than claimants: one each, heaviest first.
+            let mut order = open.clone();
+            order.sort_by_key(|&i| (std::cmp::Reverse(claims[i].0), i));
+            for i in order {
+                if left == 0 {
+                    break;
+                }
+                got[i] += 1;
+                left -= 1;
+            }
+            continue;
+        }
+        left -= given;
+    }
+}
+
+/// Per resource and tenant: what it holds and wants.
+struct Books<'a> {
+    input: &'a Input,
+    /// tenant → resource → held.
+    held: BTreeMap<String, Gpus>,
+    /// tenant → resource → still waiting.
+    pending: BTreeMap<String, Gpus>,
+}
+
+impl Books<'_> {
+    fn tenant(&self, name: &str) -> Option<&TenantQueue> {
+        self.input.tenants.iter().find(|t| t.name == name)
+    }
+
+    fn held(&self, tenant: &str, r: &str) -> i64 {
+        self.held.get(tenant).map(|m| get(m, r)).unwrap_or(0)
+    }
+
+    fn pending(&self, tenant: &str, r: &str) -> i64 {
+        self.pending.get(tenant).map(|m| get(m, r)).unwrap_or(0)
+    }
+
+    /// Idle guarantee `t` keeps for itself (not lent) in `r`.
+    fn protected(&self, t: &TenantQueue, r: &str) -> i64 {
+        let idle = (t.guaranteed(r) - self.held(&t.name, r)).max(0);
+        match t.lending_limit {
+            None => 0,
+            Some(lend) => (idle - lend).max(0),
+        }
+    }
+
+    /// Fair shares of `r` for every tenant, under the demand of held + pending.
+    fn fair_shares(&self, r: &str) -> BTreeMap<String, i64> {
+        let cap = get(&self.input.capacity, r);
+        let tenants = &self.input.tenants;
+        let demand: Vec<i64> = tenants
+            .iter()
+            .map(|t| self.held(&t.name, r) + self.pending(&t.name, r))
+            .collect();
+        let base: Vec<i64> = tenants
+            .iter()
+            .zip(&demand)
+            .map(|(t, d)| (*d).min(t.guaranteed(r)))
+            .collect();
+        let kept: i64 = tenants
+            .iter()
+            .zip(&base)
+            .map(|(t, b)| {
+                let idle = t.guaranteed(r) - b;
+                match t.lending_limit {
+                    None => 0,
+                    Some(lend) => (idle - lend).max(0),
+                }
+            })
+            .sum();
+        let pool = cap - base.iter().sum::<i64>() - kept;
+        let claims: Vec<(i64, i64)> = tenants
+            .iter()
+            .zip(demand.iter().zip(&base))
+            .map(|(t, (d, b))| {
+                let room = t.cap(r).saturating_sub(*b);
+                (t.weight, (d - b).min(room).max(0))
+            })
+            .collect();
+        let extra = water_fill(pool, &claims);
+        tenants
+            .iter()
+            .zip(base.iter().zip(extra))
+            .map(|(t, (b, e))| (t.name.clone(), b + e))
+            .collect()
+    }
+}
+
+/// Why a workload cannot be admitted now, and whether reclaim could help it.
+enum Refusal {
+    /// Its tenant's limits: wait until its own pods finish.
+    Limit(String),
+    /// Others hold the GPUs (reclaim may help when it is within its fair share).
+    Capacity(String),
+    /// No node has room (reservation may help).
+    Placement(String),
+}
+
+impl Refusal {
+    fn message(&self) -> &str {
+        match self {
+            Refusal::Limit(m) | Refusal::Capacity(m) | Refusal::Placement(m) => m,
+        }
+    }
+}
+
+fn books(input: &Input) -> Books<'_> {
+    let mut books = Books {
+        input,
+        held: BTreeMap::new(),
+        pending: BTreeMap::new(),
+    };
+    for a in &input.admitted {
+        let e = books.held.entry(a.tenant.clone()).or_default();
+        for (r, n) in sum(a.pods.iter().map(|p| &p.request)) {
+            *e.entry(r).or_insert(0) += n;
+        }
+    }
+    for w in &input.waiting {
+        let e = books.pending.entry(w.tenant.clone()).or_default();
+        for (r, n) in w.gpus() {
+            *e.entry(r).or_insert(0) += n;
+        }
+    }
+    books
+}
+
+/// Fair shares: resource → tenant → devices.
+type FairShares = BTreeMap<String, BTreeMap<String, i64>>;
+
+/// One admission pass over the queues, with `reservation` honoured.
+struct Pass<'a> {
+    books: Books<'a>,
+    /// The nodes after its admissions.
+    nodes: Vec<NodeView>,
+    admit: Vec<Admission>,
+    /// Per tenant, its refused workloads in queue order.
+    blocked: BTreeMap<String, Vec<(Refusal, &'a Waiting)>>,
+}
+
+fn pass<'a>(input: &'a Input, fair: &FairShares, reservation: &Option<Reservation>) -> Pass<'a> {
+    let mut books = books(input);
+    let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
+    // Queue order: within a tenant by priority, then arrival; across tenants, tenants within
+    // their guarantee first, then the least dominant borrowed share per weight.
+    let mut queues: BTreeMap<String, Vec<&Waiting>> = BTreeMap::new();
+    for w in &input.waiting {
+        queues.entry(w.tenant.clone()).or_default().push(w);
+    }
+    for q in queues.values_mut() {
+        q.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.arrival, w.key.clone()));
+    }
+    let mut nodes = input.nodes.clone();
+    let mut admit = Vec::new();
+    let mut blocked: BTreeMap<String, Vec<(Refusal, &Waiting)>> = BTreeMap::new();
+    let mut cursor: BTreeMap<String, usize> = BTreeMap::new();
+    loop {
+        let mut best: Option<((bool, i64, i128), &Waiting)> = None;
+        for (tenant, q) in &queues {
+            let i = cursor.get(tenant).copied().unwrap_or(0);
+            let Some(w) = q.get(i) else { continue };
+            let Some(t) = books.tenant(tenant) else {
+                continue;
+            };
+            let gpus = w.gpus();
+            let within = gpus
+                .iter()
+                .all(|(r, n)| books.held(tenant, r) + n <= t.guaranteed(r));
+            // Dominant borrowed share per weight (parts per million of capacity).
+            let share = gpus
+                .keys()
+                .map(|r| {
+                    let cap = get(&input.capacity, r).max(1);
+                    let over = (books.held(tenant, r) - t.guaranteed(r)).max(0);
+                    over * 1_000_000 / cap / t.weight.max(1)
+                })
+                .max()
+                .unwrap_or(0);
+            let key = (!within, share, w.arrival);
+            if best.as_ref().is_none_or(|(k, _)| key < *k) {
+                best = Some((key, w));
+            }
+        }
+        let Some((_, w)) = best else { break };
+        *cursor.entry(w.tenant.clone()).or_insert(0) += 1;
+        match try_admit(&books, &fair_of, w, &mut nodes, reservation) {
+            Ok(admission) => {
+                let held = books.held.entry(w.tenant.clone()).or_default();
+                for (r, n) in w.gpus() {
+                    *held.entry(r).or_insert(0) += n;
+                }
+                let pending = books.pending.entry(w.tenant.clone()).or_default();
+                for (r, n) in w.gpus() {
+                    *pending.entry(r).or_insert(0) -= n;
+                }
+                admit.push(admission);
+            }
+            Err(refusal) => blocked
+                .entry(w.tenant.clone())
+                .or_default()
+                .push((refusal, w)),
+        }
+    }
+    Pass {
+        books,
+        nodes,
+        admit,
+        blocked,
+    }
+}
+
+/// One decision.
+pub fn decide(input: &Input, policy: &Policy) -> Decision {
+    let demand = books(input);
+    let resources: BTreeSet<String> = input
+        .capacity
+        .keys()
+        .cloned()
+        .chain(demand.pending.values().flat_map(|m| m.keys().cloned()))
+        .collect();
+    let fair: FairShares = resources
+        .iter()
+        .map(|r| (r.clone(), demand.fair_shares(r)))
+        .collect();
+    let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
+
+    // The reservation: kept while its workload waits; a new one for the longest-waiting
+    // workload its tenant's share allows but no node has room for (then the pass is run
+    // again, so that nothing new goes to the reserved nodes).
+    let mut reservation = input
+        .reservation
+        .clone()
+        .filter(|r| input.waiting.iter().any(|w| w.key == r.key));
+    let mut run = pass(input, &fair, &reservation);
+    if reservation.is_none() {
+        let starving = run
+            .blocked
+            .values()
+            .flatten()
+            .filter(|(r, w)| {
+                matches!(r, Refusal::Placement(_))
+                    && input.now - w.arrival >= policy.starvation_after
+            })
+            .min_by_key(|(_, w)| (w.arrival, w.key.clone()))
+            .map(|(_, w)| *w);
+        if let Some(w) = starving {
+            reservation = reserve(&input.nodes, w);
+            if reservation.is_some() {
+                run = pass(input, &fair, &reservation);
+            }
+        }
+    }
+    if run
+        .admit
+        .iter()
+        .any(|a| reservation.as_ref().is_some_and(|r| r.key == a.key))
+    {
+        reservation = None;
+    }
+
+    let mut decision = Decision::default();
+    for (refusal, w) in run.blocked.values().flatten() {
+        let mut message = refusal.message().to_string();
+        if let Some(r) = reservation.as_ref().filter(|r| r.key == w.key) {
+            let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+            message.push_str(&format!(
+                "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
+                nodes.join(", ")
+            ));
+        }
+        for p in &w.pods {
+            decision
+                .waiting
+                .insert(format!("{}/{}", p.namespace, p.name), message.clone());
+        }
+    }
+    if policy.reclaim {
+        decision.preempt = reclaim(&run.books, &fair_of, &run.blocked, &run.nodes);
+    }
+    let books = &run.books;
+    for t in &input.tenants {
+        let mut per = BTreeMap::new();
+        for r in &resources {
+            let guaranteed = t.guaranteed(r);
+            let held = books.held(&t.name, r);
+            let pending = books.pending(&t.name, r).max(0);
+            // Its idle guarantee in others' hands: what they borrow beyond the capacity that
+            // nobody is guaranteed.
+            let lent = if guaranteed > held {
+                let others_borrow: i64 = input
+                    .tenants
+                    .iter()
+                    .filter(|o| o.name != t.name)
+                    .map(|o| (books.held(&o.name, r) - o.guaranteed(r)).max(0))
+                    .sum();
+                let unguaranteed = (get(&input.capacity, r)
+                    - input.tenants.iter().map(|o| o.guaranteed(r)).sum::<i64>())
+                .max(0);
+                (others_borrow - unguaranteed).clamp(0, guaranteed - held)
+            } else {
+                0
+            };
+            let s = Standing {
+                guaranteed,
+                admitted: held,
+                borrowed: (held - guaranteed).max(0),
+                lent,
+                pending,
+                fair_share: fair_of(&t.name, r),
+            };
+            if s != Standing::default() {
+                per.insert(r.clone(), s);
+            }
+        }
+        decision.standings.insert(t.name.clone(), per);
+    }
+    decision.admit = run.admit;
+    decision.reservation = reservation;
+    decision
+}
+
+/// Admits `w` if its tenant's limits, the others' shares and the nodes allow it.
+fn try_admit(
+    books: &Books<'_>,
+    fair_of: &dyn Fn(&str, &str) -> i64,
+    w: &Waiting,
+    nodes: &mut [NodeView],
+    reservation: &Option<Reservation>,
+) -> Result<Admission, Refusal> {
+    let input = books.input;
+    let Some(t) = books.tenant(&w.tenant) else {
+        return Err(Refusal::Limit(format!("tenant {} is unknown", w.tenant)));
+    };
+    if w.pods.len() < w.needs {
+        return Err(Refusal::Limit(format!(
+            "waiting for its gang: {} of {} pods exist",
+            w.pods.len(),
+            w.needs
+        )));
+    }
+    let gpus = w.gpus();
+    let mut borrowed = false;
+    for (r, n) in &gpus {
+        let held = books.held(&t.name, r);
+        let after = held + n;
+        if after > t.cap(r) {
+            return Err(Refusal::Limit(format!(
+                "tenant {} holds {held} {r} of its {} guaranteed and {} it may borrow; this \
+                 workload asks for {n} more",
+                t.name,
+                t.guaranteed(r),
+                t.borrowing_limit
+            )));
+        }
+        // What the others hold or keep: their pods, and the idle guarantee they do not lend.
+        let others: i64 = input
+            .tenants
+            .iter()
+            .filter(|o| o.name != t.name)
+            .map(|o| books.held(&o.name, r) + books.protected(o, r))
+            .sum();
+        let cap = get(&input.capacity, r);
+        if after > cap - others {
+            let holders: Vec<String> = input
+                .tenants
+                .iter()
+                .filter(|o| o.name != t.name && books.held(&o.name, r) > 0)
+                .map(|o| {
+                    let h = books.held(&o.name, r);
+                    let over = (h - o.guaranteed(r)).max(0);
+                    if over > 0 {
+                        format!("tenant {} holds {h}, {over} of them borrowed", o.name)
+                    } else {
+                        format!("tenant {} holds {h}", o.name)
+                    }
+                })
+                .collect();
+            return Err(Refusal::Capacity(format!(
+                "waiting for {n} {r}: {} of {cap} are free for it{}",
+                (cap - others - held).max(0),
+                if holders.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", holders.join("; "))
+                }
+            )));
+        }
+        if after > t.guaranteed(r) {
+            borrowed = true;
+            // Beyond its fair share only while nobody below theirs waits for this resource.
+            let contended = input.tenants.iter().any(|o| {
+                o.name != t.name
+                    && books.pending(&o.name, r) > 0
+                    && books.held(&o.name, r) < fair_of(&o.name, r)
+            });
+            if contended && after > fair_of(&t.name, r) {
+                return Err(Refusal::Limit(format!(
+                    "tenant {} is at its fair share of {r} ({}) while other tenants wait",
+                    t.name,
+                    fair_of(&t.name, r)
+                )));
+            }
+        }
+    }
+    // Placement, all or nothing, off the reserved nodes unless it is the reservation's.
+    let held_for_other = reservation
+        .as_ref()
+        .filter(|r| r.key != w.key)
+        .map(|r| r.nodes.clone())
+        .unwrap_or_default();
+    let mut trial: Vec<NodeView> = nodes.to_vec();
+    for n in trial.iter_mut() {
+        if held_for_other.contains(&n.name) {
+            n.schedulable = false;
+        }
+    }
+    let mut placements = Vec::new();
+    for p in &w.pods {
+        match fit::choose(&trial, p) {
+            Ok(placement) => {
+                fit::commit(&mut trial, p, &placement);
+                placements.push((p.name.clone(), placement.node));
+            }
+            Err(reason) => {
+                let what = if w.pods.len() > 1 {
+                    format!(
+                        "gang: {} of {} pods fit; {} does not: {reason}",
+                        placements.len(),
+                        w.pods.len(),
+                        p.name
+                    )
+                } else {
+                    reason
+                };
+                return Err(Refusal::Placement(format!("no room on the nodes: {what}")));
+            }
+        }
+    }
+    for (n, before) in trial.iter_mut().zip(nodes.iter()) {
+        n.schedulable = before.schedulable;
+    }
+    nodes.clone_from_slice(&trial);
+    Ok(Admission {
+        key: w.key.clone(),
+        tenant: w.tenant.clone(),
+        placements,
+        borrowed,
+    })
+}
+
+/// The nodes to hold for a starving workload: for each pod, the node with the most devices of
+/// what it asks for (free or busy) that could ever hold it, so that what runs there drains
+/// into room for it.
+fn reserve(nodes: &[NodeView], w: &Waiting) -> Option<Reservation> {
+    let mut chosen = BTreeSet::new();
+    for p in &w.pods {
+        let gpus = sum(std::iter::once(p));
+        let best = nodes
+            .iter()
+            .filter(|n| n.schedulable && !chosen.contains(&n.name))
+            .filter(|n| {
+                gpus.iter().all(|(r, want)| {
+                    n.devices.iter().filter(|d| &d.resource == r).count() as i64 >= *want
+                })
+            })
+            .max_by_key(|n| {
+                let free: i64 = gpus.keys().map(|r| get(&n.free, r)).sum();
+                (free, std::cmp::Reverse(n.name.clone()))
+            })?;
+        chosen.insert(best.name.clone());
+    }
+    Some(Reservation {
+        key: w.key.clone(),
+        nodes: chosen,
+    })
+}
+
+/// Gives back, in a trial view of the nodes, what `pod` holds.
+fn release(view: &mut [NodeView], pod: &HeldPod) {
+    if let Some(n) = view.iter_mut().find(|n| n.name == pod.node) {
+        for (k, v) in &pod.request.requests {
+            *n.free.entry(k.clone()).or_insert(0) += v;
+        }
+        for d in n.devices.iter_mut() {
+            if pod.devices.contains(&d.name) {
+                d.used = (d.used - 1).max(0);
+            }
+        }
+    }
+}
+
+/// Preemptions that give tenants below their fair share the GPUs borrowers hold beyond theirs.
+fn reclaim(
+    books: &Books<'_>,
+    fair_of: &dyn Fn(&str, &str) -> i64,
+    blocked: &BTreeMap<String, Vec<(Refusal, &Waiting)>>,
+    nodes: &[NodeView],
+) -> Vec<Preemption> {
+    let input = books.input;
+    let mut out: Vec<Preemption> = Vec::new();
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    // What each borrower holds beyond its fair share, per resource, as preemption shrinks it.
+    let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for a in &input.admitted {
+        for r in sum(a.pods.iter().map(|p| &p.request)).keys() {
+            over.entry((a.tenant.clone(), r.clone()))
+                .or_insert_with(|| books.held(&a.tenant, r) - fair_of(&a.tenant, r));
+        }
+    }
+    // GPUs already on their way back count first.
+    let mut view: Vec<NodeView> = nodes.to_vec();
+    for a in input.admitted.iter().filter(|a| a.leaving) {
+        for p in &a.pods {
+            release(&mut view, p);
+        }
+    }
+    for (tenant, refused) in blocked {
+        let mut gaining = Gpus::new();
+        for (refusal, w) in refused {
+            if !matches!(refusal, Refusal::Capacity(_) | Refusal::Placement(_)) {
+                continue;
+            }
+            let gpus = w.gpus();
+            // Only up to its fair share.
+            if gpus
+                .iter()
+                .any(|(r, n)| books.held(tenant, r) + get(&gaining, r) + n > fair_of(tenant, r))
+            {
+                continue;
+            }
+            // Victims: workloads of tenants above their fair share in what it needs, lowest
+            // priority and newest first, never taking a tenant below its fair share.
+            let mut victims: Vec<&Admitted> = input
+                .admitted
+                .iter()
+                .filter(|a| !a.leaving && a.tenant != *tenant && !taken.contains(&a.key))
+                .filter(|a| {
+                    let ag = sum(a.pods.iter().map(|p| &p.request));
+                    ag.keys().any(|r| gpus.contains_key(r))
+                        && ag.iter().all(|(r, n)| {
+                            over.get(&(a.tenant.clone(), r.clone()))
+                                .is_some_and(|o| o >= n)
+                        })
+                })
+                .collect();
+            victims.sort_by_key(|a| (a.priority, std::cmp::Reverse(a.admitted_at), a.key.clone()));
+            let mut trial = view.clone();
+            let mut chosen: Vec<&Admitted> = Vec::new();
+            let mut placed = place(&trial, w);
+            for v in victims {
+                if placed.is_some() {
+                    break;
+                }
+                for p in &v.pods {
+                    release(&mut trial, p);
+                }
+                chosen.push(v);
+                placed = place(&trial, w);
+            }
+            // Preempting would not make room: take nothing for it.
+            let Some(after) = placed else { continue };
+            // Its room is spoken for in the view the next workloads see.
+            view = after;
+            for (r, n) in &gpus {
+                *gaining.entry(r.clone()).or_insert(0) += n;
+            }
+            for v in chosen {
+                for (r, n) in sum(v.pods.iter().map(|p| &p.request)) {
+                    if let Some(o) = over.get_mut(&(v.tenant.clone(), r)) {
+                        *o -= n;
+                    }
+                }
+                taken.insert(v.key.clone());
+                let what: Vec<String> = gpus.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                out.push(Preemption {
+                    key: v.key.clone(),
+                    tenant: v.tenant.clone(),
+                    pods: v.pods.iter().map(|p| p.request.name.clone()).collect(),
+                    message: format!(
+                        "preempted by Fabrik's GPU queue: tenant {} held these GPUs beyond its \
+                         fair share, and tenant {tenant}, below its fair share, needs {} for {}",
+                        v.tenant,
+                        what.join(", "),
+                        w.key
+                    ),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// The nodes after placing every pod of `w`, or `None` when one does not fit.
+fn place(nodes: &[NodeView], w: &Waiting) -> Option<Vec<NodeView>> {
+    let mut trial = nodes.to_vec();
+    for p in &w.pods {
+        let placement = fit::choose(&trial, p).ok()?;
+        fit::commit(&mut trial, p, &placement);
+    }
+    Some(trial)
+}
+
+/// The node label admitted pods are pinned by.
+pub const HOSTNAME: &str = "kubernetes.io/hostname";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use node_agent::scheduler::model::GpuDevice;
+
+    fn node(name: &str, gpus: i64) -> NodeView {
+        NodeView {
+            name: name.into(),
+            schedulable: true,
+            labels: BTreeMap::from([(HOSTNAME.to_string(), name.to_string())]),
+            free: BTreeMap::from([
+                ("cpu".into(), 1_000_000),
+                ("memory".into(), 1 << 40),
+                ("pods".into(), 110),
+                ("nvidia.com/gpu".into(), gpus),
+            ]),
+            devices: (0..gpus)
+                .map(|i| GpuDevice {
+                    name: format!("gpu-{i}"),
+                    uuid: format!("GPU-{name}-{i}"),
+                    resource: "nvidia.com/gpu".into(),
+                    gpu: i,
+                    numa: 0,
+                    island: 0,
+                    slots: 1,
+                    used: 0,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn pod(ns: &str, name: &str, gpus: i64) -> PodRequest {
+        PodRequest {
+            namespace: ns.into(),
+            name: name.into(),
+            requests: BTreeMap::from([("pods".into(), 1), ("nvidia.com/gpu".into(), gpus)]),
+            ..Default::default()
+        }
+    }
+
+    fn tenant(name: &str, guarantee: i64, borrow: i64) -> TenantQueue {
+        TenantQueue {
+            name: name.into(),
+            resources: vec!["nvidia.com/gpu".into()],
+            guarantee: Some(guarantee),
+            borrowing_limit: borrow,
+            lending_limit: None,
+            weight: 1,
+        }
+    }
+
+    fn waiting(tenant: &str, name: &str, gpus: i64, arrival: i128) -> Waiting {
+        Waiting {
+            tenant: tenant.into(),
+            key: format!("fabrik-{tenant}/{name}"),
+            pods: vec![pod(&format!("fabrik-{tenant}"), name, gpus)],
+            needs: 1,
+            priority: 0,
+            arrival,
+        }
+    }
+
+    fn input(tenants: Vec<TenantQueue>, nodes: Vec<NodeView>, waiting: Vec<Waiting>) -> Input {
+        let capacity = Gpus::from([(
+            "nvidia.com/gpu".to_string(),
+            nodes.iter().map(|n| n.free["nvidia.com/gpu"]).sum(),
+        )]);
+        Input {
+            tenants,
+            capacity,
+            nodes,
+            waiting,
+            ..Default::default()
+        }
+    }
+
+    /// The admitted workloads of a decision, placed on `nodes` as the scheduler would.
+    fn admitted_from(d: &Decision, i: &Input, nodes: &mut [NodeView]) -> Vec<Admitted> {
+        d.admit
+            .iter()
+            .map(|a| {
+                let w = i.waiting.iter().find(|w| w.key == a.key).expect("admitted");
+                let pods = w
+                    .pods
+                    .iter()
+                    .zip(&a.placements)
+                    .map(|(p, (_, node))| {
+                        let on: Vec<NodeView> =
+                            nodes.iter().filter(|n| &n.name == node).cloned().collect();
+                        let placement = fit::choose(&on, p).expect("fits");
+                        let at = nodes.iter().position(|n| &n.name == node).expect("node");
+                        let devices = placement
+                            .devices
+                            .iter()
+                            .map(|&d| nodes[at].devices[d].name.clone())
+                            .collect();
+                        fit::commit(nodes, p, &placement);
+                        HeldPod {
+                            request: p.clone(),
+                            node: node.clone(),
+                            devices,
+                        }
+                    })
+                    .collect();
+                Admitted {
+                    tenant: a.tenant.clone(),
+                    key: a.key.clone(),
+                    pods,
+                    priority: 0,
+                    admitted_at: 1,
+                    leaving: false,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn water_fill_follows_weights_and_wants() {
+        assert_eq!(water_fill(8, &[(1, 8), (1, 8)]), vec![4, 4]);
+        assert_eq!(water_fill(9, &[(2, 100), (1, 100)]), vec![6, 3]);
+        assert_eq!(water_fill(8, &[(1, 2), (1, 100)]), vec![2, 6]);
+        assert_eq!(water_fill(1, &[(1, 5), (3, 5)]), vec![0, 1]);
+        assert_eq!(water_fill(0, &[(1, 5)]), vec![0]);
+    }
+
+    #[test]
+    fn guarantees_hold_and_idle_gpus_are_lent() {
+        // 16 GPUs; a and b are guaranteed 8 each; a may borrow 8.
+        let nodes = vec![node("n1", 8), node("n2", 8)];
+        let tenants = vec![tenant("a", 8, 8), tenant("b", 8, 0)];
+        let w: Vec<Waiting> = (0..12)
+            .map(|i| waiting("a", &format!("p{i}"), 1, i))
+            .collect();
+        let i = input(tenants.clone(), nodes.clone(), w);
+        let d = decide(&i, &Policy::default());
+        assert_eq!(d.admit.len(), 12, "b is idle: a borrows 4 of its GPUs");
+        assert_eq!(d.admit.iter().filter(|a| a.borrowed).count(), 4);
+        let a = &d.standings["a"]["nvidia.com/gpu"];
+        assert_eq!((a.admitted, a.borrowed, a.fair_share), (12, 4, 12));
+        assert_eq!(d.standings["b"]["nvidia.com/gpu"].lent, 4);
+
+        // b now wants its 8: a's borrowed pods are preempted (4 of them), never a's own.
+        let b_wants = (0..8)
+            .map(|k| waiting("b", &format!("q{k}"), 1, 100 + k))
+            .collect();
+        let mut i2 = input(tenants, nodes.clone(), b_wants);
+        let mut placed = nodes;
+        i2.admitted = admitted_from(&d, &i, &mut placed);
+        i2.nodes = placed;
+        let d2 = decide(&i2, &Policy::default());
+        assert_eq!(d2.admit.len(), 4, "the 4 free GPUs go to b at once");
+        let victims: BTreeSet<&str> = d2.preempt.iter().map(|p| p.tenant.as_str()).collect();
+        assert_eq!(victims, BTreeSet::from(["a"]));
+        assert_eq!(d2.preempt.len(), 4, "{:?}", d2.preempt);
+        assert!(
+            d2.preempt[0].message.contains("tenant b"),
+            "{}",
+            d2.preempt[0].message
+        );
+        assert_eq!(d2.standings["b"]["nvidia.com/gpu"].fair_share, 8);
+        assert_eq!(d2.standings["a"]["nvidia.com/gpu"].fair_share, 8);
+    }
+
+    #[test]
+    fn limits_and_gangs_are_all_or_nothing() {
+        let nodes = vec![node("n1", 8), node("n2", 8)];
+        let tenants = vec![tenant("a", 4, 0)];
+        let mut gang = waiting("a", "g", 2, 0);
+        gang.pods.push(pod("fabrik-a", "g-1", 2));
+        gang.pods.push(pod("fabrik-a", "g-2", 2));
+        gang.needs = 3;
+        let i = input(tenants, nodes, vec![gang]);
+        let d = decide(&i, &Policy::default());
+        assert!(d.admit.is_empty());
+        let why = &d.waiting["fabrik-a/g"];
+        assert!(
+            why.contains("holds 0 nvidia.com/gpu of its 4 guaranteed"),
+            "{why}"
+        );
+        // A gang whose members do not all exist yet waits.
+        let mut partial = waiting("a", "h", 1, 0);
+        partial.needs = 2;
+        let d = decide(
+            &input(vec![tenant("a", 4, 0)], vec![node("n1", 8)], vec![partial]),
+            &Policy::default(),
+        );
+        assert!(d.waiting["fabrik-a/h"].contains("1 of 2 pods exist"));
+    }
+
+    #[test]
+    fn borrowers_share_by_weight_and_stop_at_their_fair_share_under_contention() {
+        let nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut a = tenant("a", 0, 16);
+        a.weight = 3;
+        let b = tenant("b", 0, 16);
+        let mut w: Vec<Waiting> = (0..16)
+            .map(|i| waiting("a", &format!("p{i}"), 1, i))
+            .collect();
+        w.extend((0..16).map(|i| waiting("b", &format!("q{i}"), 1, i)));
+        let d = decide(&input(vec![a, b], nodes, w), &Policy::default());
+        let count = |t: &str| d.admit.iter().filter(|x| x.tenant == t).count();
+        assert_eq!((count("a"), count("b")), (12, 4));
+    }
+
+    #[test]
+    fn a_starving_large_job_gets_a_reservation() {
+        // Two 8-GPU nodes, each with 1 GPU busy; an 8-GPU job waits behind 1-GPU jobs.
+        let mut n1 = node("n1", 8);
+        let mut n2 = node("n2", 8);
+        for n in [&mut n1, &mut n2] {
+            n.free.insert("nvidia.com/gpu".into(), 7);
+            n.devices[0].used = 1;
+        }
+        let tenants = vec![tenant("a", 16, 0)];
+        let mut w = vec![waiting("a", "big", 8, 0)];
+        w.extend((0..4).map(|i| waiting("a", &format!("s{i}"), 1, 10 + i)));
+        let mut i = input(tenants, vec![n1, n2], w);
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.now = 30 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        assert_eq!(d.admit.len(), 4, "not starving yet: small jobs backfill");
+        assert!(d.reservation.is_none());
+        i.now = 61 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        let r = d.reservation.clone().expect("reserved");
+        assert_eq!(r.key, "fabrik-a/big");
+        assert_eq!(r.nodes.len(), 1);
+        // Small jobs go to the other node only.
+        let reserved = r.nodes.iter().next().cloned().unwrap_or_default();
+        assert_eq!(d.admit.len(), 4);
+        assert!(
+            d.admit.iter().all(|a| a.placements[0].1 != reserved),
+            "{:?}",
+            d.admit
+        );
+        assert!(
+            d.waiting["fabrik-a/big"].contains("reserved"),
+            "{}",
+            d.waiting["fabrik-a/big"]
+        );
+    }
+}

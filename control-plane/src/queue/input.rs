@@ -1,0 +1,287 @@
+//! What the queue decides on, read off the host's objects: tenants' queue settings, the nodes'
+//! GPUs (with the devices the node agents publish, or counted from `allocatable` where no
+//! ResourceSlice names them), the workloads waiting at the queue's gate and those holding GPUs.
+
+use std::collections::BTreeMap;
+
+use fabrik_api::tenant::Tenant;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use node_agent::scheduler::fit;
+use node_agent::scheduler::model::{self, GpuDevice, NodeView};
+
+use super::decide::{Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
+
+/// A tenant's queue settings from its spec; `resources` are the host resources of its kinds.
+pub fn tenant_queue(tenant: &Tenant, resources: Vec<String>) -> TenantQueue {
+    let queue = tenant.spec.queue.clone().unwrap_or_default();
+    TenantQueue {
+        name: tenant.metadata.name.clone().unwrap_or_default(),
+        resources,
+        guarantee: tenant.spec.gpu_guarantee(),
+        borrowing_limit: match tenant.spec.gpu_guarantee() {
+            None => i64::MAX,
+            Some(_) => queue.borrowing_limit.unwrap_or(0).max(0),
+        },
+        lending_limit: queue.lending_limit.map(|l| l.max(0)),
+        weight: queue.weight.unwrap_or(1).clamp(1, 1000),
+    }
+}
+
+/// Whether the queue's gate holds `pod`.
+pub fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| g.iter().any(|g| g.name == fabrik_api::QUEUE_GATE))
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+fn finished(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+fn gpus_of(pod: &Pod) -> Gpus {
+    model::requests(pod)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, v)| fabrik_api::is_host_gpu_resource(k) && *v > 0)
+        .collect()
+}
+
+/// Nanoseconds since the epoch of a pod's arrival: the syncer's precise stamp, else its
+/// creation time.
+fn arrival(pod: &Pod) -> i128 {
+    annotation(pod, fabrik_api::ANNOTATION_QUEUE_ARRIVAL)
+        .and_then(|a| a.parse::<i128>().ok())
+        .or_else(|| {
+            pod.metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.as_nanosecond())
+        })
+        .unwrap_or(0)
+}
+
+/// The admission time the queue stamped on a pod.
+fn admitted_at(pod: &Pod) -> Option<i128> {
+    let a = annotation(pod, fabrik_api::ANNOTATION_QUEUE_ADMITTED)?;
+    a.split_whitespace().next()?.parse::<i128>().ok()
+}
+
+/// The workload a tenant pod belongs to: `namespace/gang` and its size, or `namespace/pod`.
+fn workload(pod: &Pod) -> (String, usize) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    match model::gang(pod) {
+        Ok(Some((gang, size))) => (format!("{ns}/gang/{gang}"), size),
+        _ => (
+            format!("{ns}/{}", pod.metadata.name.as_deref().unwrap_or("")),
+            1,
+        ),
+    }
+}
+
+fn priority(pod: &Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// Whether a pod is being removed (deleted, or preempted by the queue).
+fn leaving(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        || pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "DisruptionTarget"
+                        && c.status == "True"
+                        && c.reason.as_deref() == Some(fabrik_api::REASON_QUEUE_RECLAIM)
+                })
+            })
+}
+
+/// Every node's view, with devices counted from `allocatable` where no slice names them.
+pub fn node_views(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec<NodeView> {
+    let mut views = model::nodes(nodes, slices, pods, &[]);
+    for (view, node) in views.iter_mut().zip(nodes) {
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .cloned()
+            .unwrap_or_default();
+        for (resource, q) in &allocatable {
+            if !fabrik_api::is_host_gpu_resource(resource)
+                || view.devices.iter().any(|d| &d.resource == resource)
+            {
+                continue;
+            }
+            let total = node_agent::quantity::amount(resource, &q.0)
+                .unwrap_or(0)
+                .max(0);
+            let free = view
+                .free
+                .get(resource)
+                .copied()
+                .unwrap_or(0)
+                .clamp(0, total);
+            for i in 0..total {
+                view.devices.push(GpuDevice {
+                    name: format!("{resource}-{i}"),
+                    uuid: String::new(),
+                    resource: resource.clone(),
+                    gpu: i,
+                    numa: 0,
+                    island: 0,
+                    slots: 1,
+                    used: i64::from(i >= free),
+                });
+            }
+        }
+    }
+    views
+}
+
+/// Devices of each GPU resource on the nodes that take pods.
+pub fn capacity(nodes: &[Node], views: &[NodeView]) -> Gpus {
+    let mut out = Gpus::new();
+    for (node, view) in nodes.iter().zip(views) {
+        if !view.schedulable {
+            continue;
+        }
+        for (resource, q) in node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.as_ref())
+            .into_iter()
+            .flatten()
+        {
+            if !fabrik_api::is_host_gpu_resource(resource) {
+                continue;
+            }
+            if let Ok(n) = node_agent::quantity::amount(resource, &q.0) {
+                *out.entry(resource.clone()).or_insert(0) += n.max(0);
+            }
+        }
+    }
+    out
+}
+
+/// The queue's input: `tenants` with their resources, the host's nodes, slices and pods.
+pub fn build(
+    tenants: Vec<TenantQueue>,
+    nodes: &[Node],
+    slices: &[ResourceSlice],
+    pods: &[Pod],
+    now: i128,
+) -> Input {
+    let mut views = node_views(nodes, slices, pods);
+    let capacity = capacity(nodes, &views);
+    let known: BTreeMap<&str, &TenantQueue> =
+        tenants.iter().map(|t| (t.name.as_str(), t)).collect();
+    let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();
+    let mut admitted: BTreeMap<String, Admitted> = BTreeMap::new();
+    let mut admitted_members: BTreeMap<String, usize> = BTreeMap::new();
+    for pod in pods {
+        let Some(tenant) = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(fabrik_api::LABEL_TENANT))
+        else {
+            continue;
+        };
+        if !known.contains_key(tenant.as_str()) || finished(pod) {
+            continue;
+        }
+        let gpus = gpus_of(pod);
+        if gpus.is_empty() {
+            continue;
+        }
+        let Ok(request) = model::pod_request(pod) else {
+            continue;
+        };
+        let (key, size) = workload(pod);
+        if gated(pod) {
+            if pod.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let w = waiting.entry(key.clone()).or_insert_with(|| Waiting {
+                tenant: tenant.clone(),
+                key,
+                pods: Vec::new(),
+                needs: size,
+                priority: priority(pod),
+                arrival: arrival(pod),
+            });
+            w.priority = w.priority.max(priority(pod));
+            w.arrival = w.arrival.min(arrival(pod));
+            w.pods.push(request);
+            continue;
+        }
+        // Holding GPUs: bound, or admitted by the queue and on its way to its node.
+        let bound = model::holds_resources(pod).map(str::to_string);
+        let node = match bound {
+            Some(node) => node,
+            None => match request.node_selector.get(HOSTNAME) {
+                Some(node) if admitted_at(pod).is_some() => node.clone(),
+                _ => continue,
+            },
+        };
+        let mut devices = model::held_devices(pod);
+        if model::holds_resources(pod).is_none() {
+            // Not bound yet: take its room on its node as the scheduler will.
+            if let Some(at) = views.iter().position(|v| v.name == node) {
+                if let Ok(p) = fit::choose(std::slice::from_ref(&views[at]), &request) {
+                    devices = p
+                        .devices
+                        .iter()
+                        .filter_map(|&d| views[at].devices.get(d).map(|d| d.name.clone()))
+                        .collect();
+                    fit::commit(&mut views[at..=at], &request, &p);
+                }
+            }
+        }
+        *admitted_members.entry(key.clone()).or_insert(0) += 1;
+        let a = admitted.entry(key.clone()).or_insert_with(|| Admitted {
+            tenant: tenant.clone(),
+            key,
+            pods: Vec::new(),
+            priority: priority(pod),
+            admitted_at: admitted_at(pod).unwrap_or(0),
+            leaving: false,
+        });
+        a.leaving |= leaving(pod);
+        a.priority = a.priority.max(priority(pod));
+        a.admitted_at = a.admitted_at.max(admitted_at(pod).unwrap_or(0));
+        a.pods.push(HeldPod {
+            request,
+            node,
+            devices,
+        });
+    }
+    for w in waiting.values_mut() {
+        let already = admitted_members.get(&w.key).copied().unwrap_or(0);
+        w.needs = w.needs.saturating_sub(already);
+    }
+    Input {
+        tenants,
+        capacity,
+        nodes: views,
+        admitted: admitted.into_values().collect(),
+        waiting: waiting.into_values().collect(),
+        reservation: None,
+        now,
+    }
+}

@@ -1,0 +1,613 @@
+//! Fabrik's GPU queue: fair sharing of the host's GPUs among tenants, on any host scheduler.
+//!
+//! The syncer creates every host pod that asks for GPUs with the scheduling gate
+//! [`fabrik_api::QUEUE_GATE`]; no scheduler binds a gated pod. This controller decides
+//! ([`decide`]) which workloads — a pod, or a gang all at once — go now, and admits each pod by
+//! pinning it to the node the decision placed it on (`nodeSelector` `kubernetes.io/hostname`,
+//! which a gated pod may gain) and removing the gate; whatever scheduler the host runs then
+//! binds it there. A tenant's `quota.gpus` is its guarantee; beyond it a tenant borrows idle
+//! GPUs up to its `queue.borrowingLimit`, shared among borrowers by weight; when an owner's
+//! demand comes back, borrowed workloads are preempted (whole gangs, lowest priority and newest
+//! first, through the Eviction API so that PodDisruptionBudgets hold) until every tenant is at
+//! its fair share. A workload waiting past the starvation bound gets nodes reserved for it.
+//!
+//! Visible: waiting pods carry why in their `PodScheduled` condition (the syncer copies it to
+//! the tenant pod); `Tenant.status.queue` has each tenant's standing; `/metrics` has
+//! `fabrik_queue_*`; preemptions are Events in the preempted tenant.
+//!
+//! One replica decides (the one holding shard 0 when sharded); decisions are recomputed from
+//! the host's objects on every change, so a new leader needs no hand-over.
+
+pub mod decide;
+pub mod input;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use fabrik_api::tenant::{QueueStatus, Tenant};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::resource::v1::ResourceSlice;
+use kube::api::{EvictParams, Patch, PatchParams, PostParams};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, Client};
+use serde_json::json;
+use tokio::sync::Notify;
+
+use self::decide::{Decision, Policy, Reservation};
+
+/// Settings of the queue controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// What the decisions follow.
+    pub policy: Policy,
+    /// Grace period of preempted pods, seconds.
+    pub preemption_grace_seconds: i64,
+    /// Longest time between decisions without a change (the starvation bound is timed).
+    pub resync: Duration,
+    /// Quiet time after a change before deciding (changes come in bursts).
+    pub settle: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            policy: Policy::default(),
+            preemption_grace_seconds: 30,
+            resync: Duration::from_secs(2),
+            settle: Duration::from_millis(50),
+        }
+    }
+}
+
+/// The GPU queue's command-line settings (`fabrik up`, `fabrik serve`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct QueueArgs {
+    /// Hold tenants' GPU pods at the GPU queue's scheduling gate until their workload is
+    /// admitted (fair sharing, borrowing, reclaim, gangs on any host scheduler). `false`: GPU
+    /// pods go straight to the host's scheduler, each tenant limited by its quota alone.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    gpu_queue: bool,
+    /// Take borrowed GPUs back (by preemption) when their owners' demand returns.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
+    queue_reclaim: bool,
+    /// Seconds a workload its tenant's share allows may wait for room before nodes are
+    /// reserved for it.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    queue_starvation_seconds: u64,
+    /// Grace period of pods preempted to give GPUs back, in seconds.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    queue_preemption_grace_seconds: u32,
+}
+
+impl QueueArgs {
+    /// The queue's settings, or none when it is off.
+    pub fn settings(&self) -> Option<Settings> {
+        self.gpu_queue.then(|| Settings {
+            policy: Policy {
+                reclaim: self.queue_reclaim,
+                starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
+            },
+            preemption_grace_seconds: i64::from(self.queue_preemption_grace_seconds),
+            ..Settings::default()
+        })
+    }
+}
+
+/// What the queue last decided, for `/metrics`.
+#[derive(Default)]
+pub struct Figures {
+    standings: Mutex<BTreeMap<String, Vec<QueueStatus>>>,
+    admitted_total: std::sync::atomic::AtomicU64,
+    preempted_total: std::sync::atomic::AtomicU64,
+}
+
+impl Figures {
+    /// Prometheus text of the queue's figures.
+    pub fn metrics_text(&self) -> String {
+        let mut out = String::new();
+        let standings = match self.standings.lock() {
+            Ok(s) => s.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        type Gauge = (&'static str, &'static str, fn(&QueueStatus) -> i64);
+        let gauges: [Gauge; 6] = [
+            (
+                "fabrik_queue_guaranteed_gpus",
+                "GPUs guaranteed to the tenant.",
+                |s| s.guaranteed,
+            ),
+            (
+                "fabrik_queue_admitted_gpus",
+                "GPUs held by the tenant's admitted pods.",
+                |s| s.admitted,
+            ),
+            (
+                "fabrik_queue_borrowed_gpus",
+                "GPUs the tenant holds beyond its guarantee.",
+                |s| s.borrowed,
+            ),
+            (
+                "fabrik_queue_lent_gpus",
+                "The tenant's idle guaranteed GPUs held by others.",
+                |s| s.lent,
+            ),
+            (
+                "fabrik_queue_pending_gpus",
+                "GPUs asked for by the tenant's waiting pods.",
+                |s| s.pending,
+            ),
+            (
+                "fabrik_queue_fair_share_gpus",
+                "The tenant's fair share under current demand.",
+                |s| s.fair_share,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} gauge\n"));
+            for (tenant, list) in &standings {
+                for s in list {
+                    out.push_str(&format!(
+                        "{name}{{tenant=\"{tenant}\",resource=\"{}\"}} {}\n",
+                        s.resource,
+                        value(s)
+                    ));
+                }
+            }
+        }
+        for (name, help, v) in [
+            (
+                "fabrik_queue_admitted_workloads_total",
+                "Workloads the GPU queue admitted.",
+                &self.admitted_total,
+            ),
+            (
+                "fabrik_queue_preempted_workloads_total",
+                "Workloads the GPU queue preempted to restore fair shares.",
+                &self.preempted_total,
+            ),
+        ] {
+            out.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}\n",
+                v.load(std::sync::atomic::Ordering::Relaxed)
+            ));
+        }
+        out
+    }
+}
+
+fn spawn_watch<K>(
+    stream: futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>,
+    changed: Arc<Notify>,
+    what: &'static str,
+) -> tokio::task::JoinHandle<()>
+where
+    K: Send + 'static,
+{
+    tokio::spawn(async move {
+        let mut stream = stream;
+        let mut last_error: Option<String> = None;
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    last_error = None;
+                    changed.notify_one();
+                }
+                Err(e) => {
+                    // Once per distinct failure, not per retry.
+                    let text = e.to_string();
+                    if last_error.as_deref() != Some(text.as_str()) {
+                        tracing::warn!(watch = what, error = %text, "GPU queue watch failed; retrying");
+                        last_error = Some(text);
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// A tenant's host GPU resources.
+pub type Resources = dyn Fn(&Tenant) -> Vec<String> + Send + Sync;
+
+/// Runs the queue until `shutdown`; `leader` says whether this replica decides now, and
+/// `resources` gives a tenant's host GPU resources.
+pub async fn run(
+    host: Client,
+    settings: Settings,
+    figures: Arc<Figures>,
+    leader: Arc<dyn Fn() -> bool + Send + Sync>,
+    resources: Arc<Resources>,
+    shutdown: impl std::future::Future<Output = ()> + Send,
+) {
+    let changed = Arc::new(Notify::new());
+    let (pods, pods_w) = reflector::store::<Pod>();
+    let (nodes, nodes_w) = reflector::store::<Node>();
+    let (tenants, tenants_w) = reflector::store::<Tenant>();
+    let (slices, slices_w) = reflector::store::<ResourceSlice>();
+    let mut tasks = vec![
+        spawn_watch(
+            watcher(Api::<Pod>::all(host.clone()), watcher::Config::default())
+                .default_backoff()
+                .reflect(pods_w)
+                .boxed(),
+            changed.clone(),
+            "pods",
+        ),
+        spawn_watch(
+            watcher(Api::<Node>::all(host.clone()), watcher::Config::default())
+                .default_backoff()
+                .reflect(nodes_w)
+                .boxed(),
+            changed.clone(),
+            "nodes",
+        ),
+        spawn_watch(
+            watcher(Api::<Tenant>::all(host.clone()), watcher::Config::default())
+                .default_backoff()
+                .reflect(tenants_w)
+                .boxed(),
+            changed.clone(),
+            "tenants",
+        ),
+    ];
+    // Device topology where the host serves ResourceSlices (resource.k8s.io/v1); counts from
+    // the nodes' allocatable otherwise.
+    let slices_served = Api::<ResourceSlice>::all(host.clone())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok();
+    if slices_served {
+        tasks.push(spawn_watch(
+            watcher(
+                Api::<ResourceSlice>::all(host.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(slices_w)
+            .boxed(),
+            changed.clone(),
+            "resourceslices",
+        ));
+    }
+    let ready = async {
+        let _ = pods.wait_until_ready().await;
+        let _ = nodes.wait_until_ready().await;
+        let _ = tenants.wait_until_ready().await;
+        if slices_served {
+            let _ = slices.wait_until_ready().await;
+        }
+    };
+    tokio::pin!(shutdown);
+    let mut state = State::default();
+    tokio::select! {
+        _ = &mut shutdown => {}
+        _ = ready => loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                _ = changed.notified() => tokio::time::sleep(settings.settle).await,
+                _ = tokio::time::sleep(settings.resync) => {}
+            }
+            if !leader() {
+                continue;
+            }
+            let stores = Stores {
+                pods: &pods,
+                nodes: &nodes,
+                tenants: &tenants,
+                slices: &slices,
+            };
+            pass(&host, &settings, &figures, &*resources, stores, &mut state).await;
+        }
+    }
+    for t in tasks {
+        t.abort();
+    }
+}
+
+struct Stores<'a> {
+    pods: &'a Store<Pod>,
+    nodes: &'a Store<Node>,
+    tenants: &'a Store<Tenant>,
+    slices: &'a Store<ResourceSlice>,
+}
+
+/// What the controller remembers between decisions.
+#[derive(Default)]
+struct State {
+    reservation: Option<Reservation>,
+    /// Failures already logged, by what failed (logged again only when the error changes).
+    failures: BTreeMap<String, String>,
+}
+
+impl State {
+    fn failed(&mut self, what: String, e: &kube::Error) {
+        let text = e.to_string();
+        if self.failures.get(&what) != Some(&text) {
+            tracing::warn!(%what, error = %text, "GPU queue write failed; retried on the next decision");
+            self.failures.insert(what, text);
+        }
+    }
+
+    fn ok(&mut self, what: &str) {
+        self.failures.remove(what);
+    }
+}
+
+fn now_nanos() -> i128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i128)
+        .unwrap_or(0)
+}
+
+async fn pass(
+    host: &Client,
+    settings: &Settings,
+    figures: &Figures,
+    resources: &Resources,
+    stores: Stores<'_>,
+    state: &mut State,
+) {
+    let pods: Vec<Pod> = stores.pods.state().iter().map(|p| (**p).clone()).collect();
+    let nodes: Vec<Node> = stores.nodes.state().iter().map(|n| (**n).clone()).collect();
+    let slices: Vec<ResourceSlice> = stores
+        .slices
+        .state()
+        .iter()
+        .map(|s| (**s).clone())
+        .collect();
+    let tenants: Vec<Arc<Tenant>> = stores.tenants.state();
+    let queues = tenants
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .map(|t| input::tenant_queue(t, resources(t)))
+        .collect();
+    let mut input = input::build(queues, &nodes, &slices, &pods, now_nanos());
+    input.reservation = state.reservation.clone();
+    let decision = decide::decide(&input, &settings.policy);
+    state.reservation = decision.reservation.clone();
+    apply(host, settings, figures, &pods, &tenants, &decision, state).await;
+}
+
+fn pod_ns_name(key: &str) -> (&str, &str) {
+    key.split_once('/').unwrap_or(("", key))
+}
+
+async fn apply(
+    host: &Client,
+    settings: &Settings,
+    figures: &Figures,
+    pods: &[Pod],
+    tenants: &[Arc<Tenant>],
+    decision: &Decision,
+    state: &mut State,
+) {
+    let find = |ns: &str, name: &str| {
+        pods.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
+        })
+    };
+    // Admissions: pin to the node, clear the gate (guarded by the pod's resourceVersion).
+    let now = now_nanos();
+    for a in &decision.admit {
+        let ns = pod_ns_name(&a.key).0;
+        for (name, node) in &a.placements {
+            let Some(pod) = find(ns, name) else { continue };
+            let gates: Vec<_> = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|g| g.name != fabrik_api::QUEUE_GATE)
+                .collect();
+            let how = if a.borrowed { "borrowed" } else { "guaranteed" };
+            let patch = json!({
+                "metadata": {
+                    "resourceVersion": pod.metadata.resource_version,
+                    "annotations": {fabrik_api::ANNOTATION_QUEUE_ADMITTED: format!("{now} {how}")},
+                },
+                "spec": {
+                    "nodeSelector": {decide::HOSTNAME: node},
+                    "schedulingGates": gates,
+                },
+            });
+            let what = format!("admit {ns}/{name}");
+            match Api::<Pod>::namespaced(host.clone(), ns)
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => state.ok(&what),
+                Err(e) => state.failed(what, &e),
+            }
+        }
+        figures
+            .admitted_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::debug!(workload = %a.key, tenant = %a.tenant, borrowed = a.borrowed, "GPU queue admitted");
+    }
+    // Preemptions: say why on the pod and in an Event, then evict within the grace period.
+    for p in &decision.preempt {
+        let ns = pod_ns_name(&p.key).0;
+        for name in &p.pods {
+            let Some(pod) = find(ns, name) else { continue };
+            let pods_api = Api::<Pod>::namespaced(host.clone(), ns);
+            let mut conditions = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            conditions.retain(|c| c.type_ != "DisruptionTarget");
+            conditions.push(k8s_openapi::api::core::v1::PodCondition {
+                type_: "DisruptionTarget".into(),
+                status: "True".into(),
+                reason: Some(fabrik_api::REASON_QUEUE_RECLAIM.into()),
+                message: Some(p.message.clone()),
+                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::now(),
+                )),
+                ..Default::default()
+            });
+            let what = format!("preempt {ns}/{name}");
+            if let Err(e) = pods_api
+                .patch_status(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"conditions": conditions}})),
+                )
+                .await
+            {
+                state.failed(what, &e);
+                continue;
+            }
+            event(
+                host,
+                pod,
+                "Warning",
+                fabrik_api::REASON_QUEUE_RECLAIM,
+                &p.message,
+            )
+            .await;
+            let evict = EvictParams {
+                delete_options: Some(kube::api::DeleteParams {
+                    grace_period_seconds: Some(settings.preemption_grace_seconds.max(0) as u32),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            };
+            match pods_api.evict(name, &evict).await {
+                Ok(_) => state.ok(&what),
+                Err(e) => state.failed(what, &e),
+            }
+        }
+        figures
+            .preempted_total
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        tracing::info!(workload = %p.key, tenant = %p.tenant, reason = %p.message, "GPU queue preempted");
+    }
+    // Waiting pods: why, in their PodScheduled condition (written only when it changes).
+    for (key, message) in &decision.waiting {
+        let (ns, name) = pod_ns_name(key);
+        let Some(pod) = find(ns, name) else { continue };
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+        let text = format!("queued by Fabrik's GPU queue: {message}");
+        if current.and_then(|c| c.message.as_deref()) == Some(text.as_str()) {
+            continue;
+        }
+        let mut conditions = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.clone())
+            .unwrap_or_default();
+        conditions.retain(|c| c.type_ != "PodScheduled");
+        conditions.push(k8s_openapi::api::core::v1::PodCondition {
+            type_: "PodScheduled".into(),
+            status: "False".into(),
+            reason: Some("SchedulingGated".into()),
+            message: Some(text),
+            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::now(),
+            )),
+            ..Default::default()
+        });
+        let what = format!("status {ns}/{name}");
+        match Api::<Pod>::namespaced(host.clone(), ns)
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"status": {"conditions": conditions}})),
+            )
+            .await
+        {
+            Ok(_) => state.ok(&what),
+            Err(e) => state.failed(what, &e),
+        }
+    }
+    // Tenants' standings: Tenant.status.queue (when it changes) and /metrics.
+    let mut all = BTreeMap::new();
+    for t in tenants {
+        let name = t.metadata.name.clone().unwrap_or_default();
+        let list: Vec<QueueStatus> = decision
+            .standings
+            .get(&name)
+            .into_iter()
+            .flatten()
+            .map(|(resource, s)| QueueStatus {
+                resource: resource.clone(),
+                guaranteed: s.guaranteed,
+                admitted: s.admitted,
+                borrowed: s.borrowed,
+                lent: s.lent,
+                pending: s.pending,
+                fair_share: s.fair_share,
+            })
+            .collect();
+        let current = t
+            .status
+            .as_ref()
+            .map(|s| s.queue.clone())
+            .unwrap_or_default();
+        if current != list && t.metadata.deletion_timestamp.is_none() {
+            let what = format!("tenant {name}");
+            match Api::<Tenant>::all(host.clone())
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"queue": list}})),
+                )
+                .await
+            {
+                Ok(_) => state.ok(&what),
+                Err(e) => state.failed(what, &e),
+            }
+        }
+        all.insert(name, list);
+    }
+    match figures.standings.lock() {
+        Ok(mut s) => *s = all,
+        Err(p) => *p.into_inner() = all,
+    }
+}
+
+/// An Event on a host pod (the syncer shows it on the tenant's pod).
+async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &str) {
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    let name = pod.metadata.name.clone().unwrap_or_default();
+    let now = serde_json::to_value(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ))
+    .unwrap_or_default();
+    let ev = json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": format!("{name}."), "namespace": ns},
+        "involvedObject": {
+            "apiVersion": "v1", "kind": "Pod", "namespace": ns, "name": name,
+            "uid": pod.metadata.uid,
+        },
+        "reason": reason,
+        "message": message,
+        "type": type_,
+        "count": 1,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "source": {"component": "fabrik-gpu-queue"},
+        "reportingComponent": "fabrik-gpu-queue",
+    });
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        host.clone(),
+        &ns,
+        &kube::core::ApiResource::erase::<k8s_openapi::api::core::v1::Event>(&()),
+    );
+    if let Ok(obj) = serde_json::from_value::<kube::core::DynamicObject>(ev) {
+        if let Err(e) = api.create(&PostParams::default(), &obj).await {
+            tracing::debug!(pod = %name, error = %e, "GPU queue event not written");
+        }
+    }
+}
