@@ -5,12 +5,18 @@
 //! there is none); sets
 //! the `Available` condition
 //! (written only when it changes) and keeps the document for aggregated discovery.
+//!
+//! The same loop keeps the Local APIServices ([`super::local`]) on the replica that runs the
+//! cluster: each pass lists APIServices once for both, and it also wakes when the catalog
+//! changes (a CRD's group version served or no longer served). A Local APIService (no
+//! `service`) is never probed here.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
+use super::local::LocalApiServices;
 use super::{Aggregator, Backend, Registration, GROUP};
 use crate::controllers::Wakeups;
 use crate::error::ApiError;
@@ -259,10 +265,21 @@ pub enum Role {
     Follower,
 }
 
-/// One pass over every APIService.
+/// One pass over every APIService that names a Service.
 pub async fn reconcile(aggregator: &Aggregator, registry: &Registry, role: Role) -> Found {
+    let items = super::list_all(registry).await.unwrap_or_default();
+    check_all(aggregator, registry, role, items).await
+}
+
+/// One pass over the APIServices of `items` that name a Service.
+async fn check_all(
+    aggregator: &Aggregator,
+    registry: &Registry,
+    role: Role,
+    items: Vec<Value>,
+) -> Found {
     let mut unavailable = false;
-    let regs = aggregator.registrations(registry).await;
+    let regs = super::registrations_in(items);
     aggregator.forget_all_but(&regs);
     if regs.is_empty() {
         return Found::Nothing;
@@ -301,7 +318,7 @@ pub async fn reconcile(aggregator: &Aggregator, registry: &Registry, role: Role)
     }
 }
 
-/// Runs until `shutdown` resolves.
+/// Runs until `shutdown` resolves: as [`Role::Owner`], also keeps the Local APIServices.
 pub async fn run(
     aggregator: Arc<Aggregator>,
     registry: Arc<Registry>,
@@ -312,17 +329,52 @@ pub async fn run(
         return;
     };
     let mut wakeups = Wakeups::new(registry.clone(), def.key_prefix(None), shutdown);
+    let mut local = (role == Role::Owner).then(LocalApiServices::default);
+    // Told when a CRD's group version comes or goes (only the owner keeps Local ones).
+    let mut catalog = local.as_ref().map(|_| registry.catalog().subscribe());
     loop {
         wakeups.arm().await;
-        let next = match reconcile(&aggregator, &registry, role).await {
-            Found::Unavailable => Some(RETRY),
-            Found::Available => Some(RECHECK),
+        if let Some(rx) = catalog.as_mut() {
+            rx.borrow_and_update();
+        }
+        let listed = super::list_all(&registry).await;
+        let local_pending = match (&mut local, &listed) {
+            (Some(local), Ok(items)) => {
+                let errors = local.reconcile(&registry, items).await;
+                for e in &errors {
+                    tracing::debug!(error = %e, "cannot keep the Local APIServices");
+                }
+                !errors.is_empty()
+            }
+            (Some(_), Err(e)) => {
+                tracing::debug!(error = %e, "cannot list APIServices");
+                true
+            }
+            (None, _) => false,
+        };
+        let found = check_all(&aggregator, &registry, role, listed.unwrap_or_default()).await;
+        let next = match found {
+            Found::Unavailable => RETRY,
+            _ if local_pending => RETRY,
+            Found::Available => RECHECK,
             // Without APIServices a pass is one empty list; it still runs now and then, so a
             // missed wakeup (an open bug of store watches under load, see the CRD controller)
             // delays a new APIService's condition by at most this, never forever.
-            Found::Nothing => Some(IDLE_RECHECK),
+            Found::Nothing => IDLE_RECHECK,
         };
-        if !wakeups.wait_at_most(next).await {
+        let go_on = match catalog.as_mut() {
+            Some(rx) => tokio::select! {
+                go_on = wakeups.wait_at_most(Some(next)) => go_on,
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        catalog = None;
+                    }
+                    true
+                }
+            },
+            None => wakeups.wait_at_most(Some(next)).await,
+        };
+        if !go_on {
             return;
         }
     }

@@ -8,7 +8,10 @@
 //! - [`apiservice`]: the kind's validation;
 //! - [`available`]: the controller that probes each backend's discovery, keeps the
 //!   `Available` condition current and caches the backend's resources for aggregated
-//!   discovery;
+//!   discovery; in the same loop (one watch of APIServices per cluster),
+//! - [`local`]: the Local APIServices (no `service`) of the group versions the cluster serves
+//!   itself, built in or through CRDs, as upstream's autoregister and crdRegistration
+//!   controllers keep them; never probed, never proxied to;
 //! - the proxy itself is a stage of the request pipeline (`handler/aggregated.rs`).
 //!
 //! Services are reached as admission webhooks' are ([`crate::webhook::Caller`]: the
@@ -24,6 +27,7 @@
 pub mod apiservice;
 pub mod authentication;
 pub mod available;
+pub mod local;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -182,28 +186,40 @@ impl Aggregator {
     /// Every APIService that names a Service, by group priority then version priority
     /// (highest first), as upstream orders them in discovery.
     pub async fn registrations(&self, registry: &Registry) -> Vec<Registration> {
-        let Some(def) = registry.resource(GROUP, "v1", "apiservices") else {
-            return Vec::new();
-        };
-        let Ok(list) = registry.list(&def, None, &ListParams::default()).await else {
-            return Vec::new();
-        };
-        let mut out: Vec<Registration> = list
-            .items
-            .into_iter()
-            .filter_map(Registration::of)
-            .collect();
-        let prio = |r: &Registration, f: &str| r.object["spec"][f].as_i64().unwrap_or(0);
-        out.sort_by(|a, b| {
-            prio(b, "groupPriorityMinimum")
-                .cmp(&prio(a, "groupPriorityMinimum"))
-                .then(a.group.cmp(&b.group))
-                .then(prio(b, "versionPriority").cmp(&prio(a, "versionPriority")))
-                .then(a.version.cmp(&b.version))
-        });
-        out
+        match list_all(registry).await {
+            Ok(items) => registrations_in(items),
+            Err(_) => Vec::new(),
+        }
     }
+}
 
+/// Every APIService of the cluster.
+pub async fn list_all(registry: &Registry) -> Result<Vec<Value>, ApiError> {
+    let Some(def) = registry.resource(GROUP, "v1", "apiservices") else {
+        return Ok(Vec::new());
+    };
+    Ok(registry
+        .list(&def, None, &ListParams::default())
+        .await?
+        .items)
+}
+
+/// The APIServices of `items` that name a Service, by group priority then version priority
+/// (highest first), as upstream orders them in discovery.
+pub fn registrations_in(items: Vec<Value>) -> Vec<Registration> {
+    let mut out: Vec<Registration> = items.into_iter().filter_map(Registration::of).collect();
+    let prio = |r: &Registration, f: &str| r.object["spec"][f].as_i64().unwrap_or(0);
+    out.sort_by(|a, b| {
+        prio(b, "groupPriorityMinimum")
+            .cmp(&prio(a, "groupPriorityMinimum"))
+            .then(a.group.cmp(&b.group))
+            .then(prio(b, "versionPriority").cmp(&prio(a, "versionPriority")))
+            .then(a.version.cmp(&b.version))
+    });
+    out
+}
+
+impl Aggregator {
     /// Whether the cluster implements `group_version` itself.
     pub fn implements(&self, group_version: &str) -> bool {
         self.builtin.contains_key(group_version)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fabrik_store::WatchStream;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 
 use crate::registry::Registry;
 
@@ -88,9 +88,16 @@ impl Wakeups {
                     None => std::future::pending().await,
                 }
             } => {
-                if !matches!(ev, Some(Ok(_))) {
-                    *changes = None;
+                // One pass covers every change already delivered: take them all now, so that
+                // a burst of writes (a cluster's first objects) wakes one pass, not one each.
+                let mut ev = ev;
+                while matches!(ev, Some(Ok(_))) {
+                    match changes.as_mut().and_then(|s| s.next().now_or_never()) {
+                        Some(next) => ev = next,
+                        None => return true,
+                    }
                 }
+                *changes = None;
                 true
             }
         }

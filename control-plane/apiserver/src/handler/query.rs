@@ -75,6 +75,7 @@ impl Query {
             field_validation: FieldValidation::parse(self.get("fieldValidation").unwrap_or(""))?,
             field_manager: Some(manager),
             user: None,
+            with_status: false,
         })
     }
 

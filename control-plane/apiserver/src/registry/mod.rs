@@ -85,6 +85,10 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// Who writes (None: the server itself), for admission.
     pub user: Option<Arc<crate::auth::UserInfo>>,
+    /// Create only: keep the object's `.status` where the kind would reset it — for the
+    /// server's own objects that are created complete (Local APIServices), one write instead
+    /// of a create and a status update. Never set from a request.
+    pub with_status: bool,
 }
 
 /// Options of a delete.
@@ -580,7 +584,10 @@ impl Registry {
         if obj.get("spec").is_some() {
             obj["metadata"]["generation"] = json!(1);
         }
-        if def.has(Subresource::Status) && def.strategy.reset_status_on_create() {
+        if def.has(Subresource::Status)
+            && def.strategy.reset_status_on_create()
+            && !opts.with_status
+        {
             if let Some(o) = obj.as_object_mut() {
                 o.remove("status");
             }

@@ -173,11 +173,23 @@ impl ResourceDef {
 }
 
 /// Every resource the cluster serves, by group, version and plural.
-#[derive(Default)]
 pub struct Catalog {
     entries: RwLock<BTreeMap<(String, String, String), Arc<ResourceDef>>>,
     /// Bumped on every change, so caches of derived documents (OpenAPI) know to rebuild.
     generation: AtomicU64,
+    /// Told of every change, for controllers that follow what is served
+    /// ([`Catalog::subscribe`]).
+    changes: tokio::sync::watch::Sender<()>,
+}
+
+impl Default for Catalog {
+    fn default() -> Catalog {
+        Catalog {
+            entries: RwLock::default(),
+            generation: AtomicU64::new(0),
+            changes: tokio::sync::watch::Sender::new(()),
+        }
+    }
 }
 
 impl Catalog {
@@ -196,7 +208,17 @@ impl Catalog {
         if let Ok(mut entries) = self.entries.write() {
             entries.insert(key, Arc::new(def));
         }
+        self.changed();
+    }
+
+    fn changed(&self) {
         self.generation.fetch_add(1, Ordering::SeqCst);
+        self.changes.send_modify(|_| {});
+    }
+
+    /// A receiver told of every change made after this call (`changed().await`).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
+        self.changes.subscribe()
     }
 
     /// Removes one resource; returns whether it was served.
@@ -210,7 +232,7 @@ impl Catalog {
             })
             .unwrap_or(false);
         if removed {
-            self.generation.fetch_add(1, Ordering::SeqCst);
+            self.changed();
         }
         removed
     }
