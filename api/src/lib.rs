@@ -102,6 +102,9 @@ pub const ANNOTATION_QUEUE_ADMITTED: &str = "fabrik.dev/queue-admitted";
 /// `creationTimestamp`.
 pub const ANNOTATION_QUEUE_ARRIVAL: &str = "fabrik.dev/queue-arrival";
 
+/// The `source.component` of the GPU queue's Events on the host.
+pub const QUEUE_EVENT_SOURCE: &str = "fabrik-gpu-queue";
+
 /// The reason of a pod condition (`DisruptionTarget`) and Event when the GPU queue reclaims
 /// borrowed GPUs by preempting a pod.
 pub const REASON_QUEUE_RECLAIM: &str = "PreemptedByFairShare";

@@ -795,11 +795,21 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             // tenant pod fails, as a pod whose node lost it does; it is not started again.
             let mut status = Map::new();
             status.insert("phase".into(), json!("Failed"));
-            status.insert("reason".into(), json!("HostPodLost"));
-            status.insert(
-                "message".into(),
-                json!("the pod's host pod was deleted on the host"),
-            );
+            // Preempted by the GPU queue (the condition came up with the host pod's status):
+            // say so, as upstream's `Preempted`.
+            match queue_preemption(&tpod) {
+                Some(message) => {
+                    status.insert("reason".into(), json!("Preempted"));
+                    status.insert("message".into(), json!(message));
+                }
+                None => {
+                    status.insert("reason".into(), json!("HostPodLost"));
+                    status.insert(
+                        "message".into(),
+                        json!("the pod's host pod was deleted on the host"),
+                    );
+                }
+            }
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
         if tpod["spec"]["schedulingGates"]
@@ -930,6 +940,45 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             }
         }
     }
+    if let Some(message) = queue_preemption(&h) {
+        // Preempted by the GPU queue: the tenant is told (an Event; the pod `Failed`, reason
+        // `Preempted`, as a preempted pod ends upstream), then the host pod goes through the
+        // Eviction API, so that disruption budgets hold, within its own grace period.
+        if phase(&tpod) != "Failed" {
+            report(
+                ctx,
+                Kind::Pod,
+                ns,
+                name,
+                uid,
+                fabrik_api::REASON_QUEUE_RECLAIM,
+                &message,
+            )
+            .await?;
+            let mut status = pods::tenant_status(&h);
+            status.insert("phase".into(), json!("Failed"));
+            status.insert("reason".into(), json!("Preempted"));
+            status.insert("message".into(), json!(message));
+            ctx.tenant_status(Kind::Pod, ns, name, status).await?;
+        }
+        if !is_deleting(&h) {
+            let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(ctx.host_client.clone(), &ctx.host_namespace);
+            match pods.evict(&hname, &Default::default()).await {
+                Ok(_) => {}
+                Err(e) if is_gone(&e) => {}
+                Err(source) => {
+                    return Err(Error::Host {
+                        verb: "evict",
+                        kind: Kind::Pod,
+                        name: hname,
+                        source,
+                    })
+                }
+            }
+        }
+        return Ok(());
+    }
     let status = pods::tenant_status(&h);
     if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
         ctx.tenant_status(Kind::Pod, ns, name, status).await?;
@@ -943,6 +992,20 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
     }
     Ok(())
+}
+
+/// The GPU queue's message when a pod (host, or tenant with the status copied up) carries its
+/// preemption condition.
+fn queue_preemption(pod: &Value) -> Option<String> {
+    pod["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| {
+            c["type"] == "DisruptionTarget"
+                && c["status"] == "True"
+                && c["reason"] == fabrik_api::REASON_QUEUE_RECLAIM
+        })
+        .map(|c| c["message"].as_str().unwrap_or("preempted").to_string())
 }
 
 /// Why a tenant pod's host copy was refused, in the tenant pod's conditions and Events.
@@ -1364,6 +1427,10 @@ async fn event(ctx: &Context, host_ns: &str, name: &str) -> Result<(), Error> {
     let Some(kind) = io["kind"].as_str().and_then(Kind::from_kind_name) else {
         return Ok(());
     };
+    if ev["source"]["component"] == fabrik_api::QUEUE_EVENT_SOURCE {
+        // The GPU queue's: the syncer tells the tenant itself (see `pod`).
+        return Ok(());
+    }
     let obj_name = io["name"].as_str().unwrap_or("");
     let Some(origin) = ctx
         .hcache(kind)

@@ -510,7 +510,15 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
 
     let mut decision = Decision::default();
     for (refusal, w) in run.blocked.values().flatten() {
-        let mut message = refusal.message().to_string();
+        let mut message = match w.key.split_once("/gang/") {
+            // A gang is admitted whole: say which, and its size.
+            Some((_, gang)) => format!(
+                "gang {gang} ({} pods, admitted all together): {}",
+                w.pods.len().max(w.needs),
+                refusal.message()
+            ),
+            None => refusal.message().to_string(),
+        };
         if let Some(r) = reservation.as_ref().filter(|r| r.key == w.key) {
             let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
             message.push_str(&format!(
@@ -528,25 +536,32 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         decision.preempt = reclaim(&run.books, &fair_of, &run.blocked, &run.nodes);
     }
     let books = &run.books;
-    for t in &input.tenants {
-        let mut per = BTreeMap::new();
-        for r in &resources {
+    for r in &resources {
+        // What borrowers hold beyond the capacity nobody is guaranteed comes out of the idle
+        // guarantees others lend, in proportion to what each lends.
+        let borrowed: i64 = input
+            .tenants
+            .iter()
+            .map(|o| (books.held(&o.name, r) - o.guaranteed(r)).max(0))
+            .sum();
+        let unguaranteed = (get(&input.capacity, r)
+            - input.tenants.iter().map(|o| o.guaranteed(r)).sum::<i64>())
+        .max(0);
+        let excess = (borrowed - unguaranteed).max(0);
+        let lendable: Vec<i64> = input
+            .tenants
+            .iter()
+            .map(|o| {
+                let idle = (o.guaranteed(r) - books.held(&o.name, r)).max(0);
+                o.lending_limit.map_or(idle, |l| idle.min(l))
+            })
+            .collect();
+        let total: i64 = lendable.iter().sum();
+        for (t, lends) in input.tenants.iter().zip(&lendable) {
             let guaranteed = t.guaranteed(r);
             let held = books.held(&t.name, r);
-            let pending = books.pending(&t.name, r).max(0);
-            // Its idle guarantee in others' hands: what they borrow beyond the capacity that
-            // nobody is guaranteed.
-            let lent = if guaranteed > held {
-                let others_borrow: i64 = input
-                    .tenants
-                    .iter()
-                    .filter(|o| o.name != t.name)
-                    .map(|o| (books.held(&o.name, r) - o.guaranteed(r)).max(0))
-                    .sum();
-                let unguaranteed = (get(&input.capacity, r)
-                    - input.tenants.iter().map(|o| o.guaranteed(r)).sum::<i64>())
-                .max(0);
-                (others_borrow - unguaranteed).clamp(0, guaranteed - held)
+            let lent = if total > 0 {
+                (excess.min(total) * lends / total).min(*lends)
             } else {
                 0
             };
@@ -555,14 +570,17 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 admitted: held,
                 borrowed: (held - guaranteed).max(0),
                 lent,
-                pending,
+                pending: books.pending(&t.name, r).max(0),
                 fair_share: fair_of(&t.name, r),
             };
+            let per = decision.standings.entry(t.name.clone()).or_default();
             if s != Standing::default() {
                 per.insert(r.clone(), s);
             }
         }
-        decision.standings.insert(t.name.clone(), per);
+    }
+    for t in &input.tenants {
+        decision.standings.entry(t.name.clone()).or_default();
     }
     decision.admit = run.admit;
     decision.reservation = reservation;

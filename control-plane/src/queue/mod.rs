@@ -9,7 +9,11 @@
 //! GPUs up to its `queue.borrowingLimit`, shared among borrowers by weight; when an owner's
 //! demand comes back, borrowed workloads are preempted (whole gangs, lowest priority and newest
 //! first, through the Eviction API so that PodDisruptionBudgets hold) until every tenant is at
-//! its fair share. A workload waiting past the starvation bound gets nodes reserved for it.
+//! its fair share: the queue marks each pod (`DisruptionTarget`, reason
+//! [`fabrik_api::REASON_QUEUE_RECLAIM`]); the tenant's syncer tells the tenant (the condition,
+//! an Event, the pod `Failed` with reason `Preempted`) and evicts the host pod within its own
+//! grace period; a marked pod still there after [`Settings::evict_after`] is evicted here. A
+//! workload waiting past the starvation bound gets nodes reserved for it.
 //!
 //! Visible: waiting pods carry why in their `PodScheduled` condition (the syncer copies it to
 //! the tenant pod); `Tenant.status.queue` has each tenant's standing; `/metrics` has
@@ -43,8 +47,9 @@ use self::decide::{Decision, Policy, Reservation};
 pub struct Settings {
     /// What the decisions follow.
     pub policy: Policy,
-    /// Grace period of preempted pods, seconds.
-    pub preemption_grace_seconds: i64,
+    /// How long a pod marked for preemption is left to its tenant's syncer (which tells the
+    /// tenant, then evicts it) before the queue evicts it itself.
+    pub evict_after: Duration,
     /// Longest time between decisions without a change (the starvation bound is timed).
     pub resync: Duration,
     /// Quiet time after a change before deciding (changes come in bursts).
@@ -55,7 +60,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             policy: Policy::default(),
-            preemption_grace_seconds: 30,
+            evict_after: Duration::from_secs(15),
             resync: Duration::from_secs(2),
             settle: Duration::from_millis(50),
         }
@@ -77,9 +82,6 @@ pub struct QueueArgs {
     /// reserved for it.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     queue_starvation_seconds: u64,
-    /// Grace period of pods preempted to give GPUs back, in seconds.
-    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    queue_preemption_grace_seconds: u32,
 }
 
 impl QueueArgs {
@@ -90,7 +92,6 @@ impl QueueArgs {
                 reclaim: self.queue_reclaim,
                 starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
             },
-            preemption_grace_seconds: i64::from(self.queue_preemption_grace_seconds),
             ..Settings::default()
         })
     }
@@ -462,6 +463,7 @@ async fn apply(
                 state.failed(what, &e);
                 continue;
             }
+            state.ok(&what);
             event(
                 host,
                 pod,
@@ -470,22 +472,45 @@ async fn apply(
                 &p.message,
             )
             .await;
-            let evict = EvictParams {
-                delete_options: Some(kube::api::DeleteParams {
-                    grace_period_seconds: Some(settings.preemption_grace_seconds.max(0) as u32),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            };
-            match pods_api.evict(name, &evict).await {
-                Ok(_) => state.ok(&what),
-                Err(e) => state.failed(what, &e),
-            }
         }
         figures
             .preempted_total
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         tracing::info!(workload = %p.key, tenant = %p.tenant, reason = %p.message, "GPU queue preempted");
+    }
+    // Pods marked for preemption that are still there (their tenant's syncer evicts them
+    // at once; it may be down): evicted here, within their own grace period.
+    for pod in pods
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+    {
+        let marked = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| {
+                c.iter().find(|c| {
+                    c.type_ == "DisruptionTarget"
+                        && c.reason.as_deref() == Some(fabrik_api::REASON_QUEUE_RECLAIM)
+                })
+            })
+            .and_then(|c| c.last_transition_time.as_ref())
+            .map(|t| t.0);
+        let Some(at) = marked else { continue };
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(at);
+        if age.as_secs() < settings.evict_after.as_secs() as i64 {
+            continue;
+        }
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let what = format!("evict {ns}/{name}");
+        match Api::<Pod>::namespaced(host.clone(), &ns)
+            .evict(&name, &EvictParams::default())
+            .await
+        {
+            Ok(_) => state.ok(&what),
+            Err(e) => state.failed(what, &e),
+        }
     }
     // Waiting pods: why, in their PodScheduled condition (written only when it changes).
     for (key, message) in &decision.waiting {
@@ -597,8 +622,8 @@ async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &st
         "count": 1,
         "firstTimestamp": now,
         "lastTimestamp": now,
-        "source": {"component": "fabrik-gpu-queue"},
-        "reportingComponent": "fabrik-gpu-queue",
+        "source": {"component": fabrik_api::QUEUE_EVENT_SOURCE},
+        "reportingComponent": fabrik_api::QUEUE_EVENT_SOURCE,
     });
     let api: Api<kube::core::DynamicObject> = Api::namespaced_with(
         host.clone(),

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use fabrik_api::tenant::{host_namespace, Tenant, TenantQuota, TenantSpec};
+use fabrik_api::tenant::{host_namespace, Tenant, TenantQueue, TenantQuota, TenantSpec};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use kube::ResourceExt;
@@ -58,9 +58,20 @@ enum TenantCommand {
 struct CreateArgs {
     /// Tenant name (a DNS label of at most 40 characters).
     name: String,
-    /// GPUs the tenant may use.
+    /// GPUs of each of its kinds guaranteed to the tenant (its quota; its guaranteed share in
+    /// the GPU queue).
     #[arg(long, allow_negative_numbers = true)]
     gpus: Option<i64>,
+    /// GPUs the tenant may borrow beyond `--gpus` while other tenants leave theirs idle
+    /// (reclaimed when their owners need them). None unless given.
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    borrow_gpus: Option<i64>,
+    /// Of its idle guaranteed GPUs, how many others may borrow (default: all).
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    lend_gpus: Option<i64>,
+    /// The tenant's weight when borrowers share idle GPUs (1 to 1000; default 1).
+    #[arg(long, value_name = "W", allow_negative_numbers = true)]
+    queue_weight: Option<i64>,
     /// What `nvidia.com/gpu` is: `whole`, `mig:PROFILE` (e.g. `mig:1g.18gb`),
     /// `share:MEMORY_MIB,COMPUTE_PERCENT` or `timeslice`.
     #[arg(long, value_name = "MODE")]
@@ -206,6 +217,14 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                     node_ports: c.node_ports,
                     load_balancers: c.load_balancers,
                     ..Default::default()
+                }),
+                queue: (c.borrow_gpus.is_some()
+                    || c.lend_gpus.is_some()
+                    || c.queue_weight.is_some())
+                .then(|| TenantQueue {
+                    borrowing_limit: c.borrow_gpus,
+                    lending_limit: c.lend_gpus,
+                    weight: c.queue_weight,
                 }),
                 ..Default::default()
             };

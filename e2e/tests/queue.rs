@@ -1,0 +1,290 @@
+//! The GPU queue (issue gpu-queues) on `fabrik up`'s simulated factory (2 nodes × 8 GPUs):
+//! guarantees hold, a tenant borrows idle GPUs up to its limit, and when the owner's demand
+//! comes back the borrowed GPUs are reclaimed — by preempting only the borrower's pods beyond
+//! its fair share — until both tenants hold their fair share; the waiting pods say why in the
+//! tenant, the preempted ones say `Preempted`, the Tenants' `status.queue` and `/metrics` show
+//! each standing. Host pods wait at the queue's scheduling gate until admitted.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use e2e::{kc_apply_ok, kc_ok, kubectls, poll_until, Fabrik};
+use serde_json::Value;
+
+const WAIT: Duration = Duration::from_secs(90);
+
+/// A Deployment of `replicas` pods of one GPU each.
+fn gpu_deployment(name: &str, replicas: usize) -> String {
+    format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: {name}\nspec:\n  replicas: {replicas}\n  \
+         selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    \
+         spec:\n      containers:\n      - name: main\n        image: trainer\n        \
+         resources: {{limits: {{nvidia.com/gpu: \"1\"}}}}\n"
+    )
+}
+
+/// The tenant's pods of `app`: (bound, waiting with the queue's message, failed as preempted).
+fn pods_of(k: &e2e::Kubectl, t: &std::path::Path, app: &str) -> Result<(usize, usize, usize)> {
+    let out = kc_ok(
+        k,
+        t,
+        &["get", "pods", "-l", &format!("app={app}"), "-o", "json"],
+    )?;
+    let list: Value = serde_json::from_str(&out).context("pod list")?;
+    let (mut bound, mut queued, mut preempted) = (0, 0, 0);
+    for p in list["items"].as_array().into_iter().flatten() {
+        if p["status"]["phase"] == "Failed" {
+            if p["status"]["reason"] == "Preempted" {
+                preempted += 1;
+            }
+            continue;
+        }
+        if p["spec"]["nodeName"]
+            .as_str()
+            .is_some_and(|n| !n.is_empty())
+        {
+            bound += 1;
+        } else if p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["type"] == "PodScheduled"
+                    && c["message"]
+                        .as_str()
+                        .is_some_and(|m| m.contains("queued by Fabrik's GPU queue"))
+            })
+        {
+            queued += 1;
+        }
+    }
+    Ok((bound, queued, preempted))
+}
+
+/// A Tenant's queue standing in `nvidia.com/gpu`: (admitted, borrowed, lent, fairShare).
+fn standing(f: &Fabrik, k: &e2e::Kubectl, tenant: &str) -> Result<(i64, i64, i64, i64)> {
+    let host = f.data_dir().join("host.kubeconfig");
+    let out = kc_ok(k, &host, &["get", "tenant", tenant, "-o", "json"])?;
+    let t: Value = serde_json::from_str(&out).context("tenant")?;
+    let entry = t["status"]["queue"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["resource"] == "nvidia.com/gpu")
+        .cloned()
+        .unwrap_or_default();
+    let n = |f: &str| entry[f].as_i64().unwrap_or(0);
+    Ok((n("admitted"), n("borrowed"), n("lent"), n("fairShare")))
+}
+
+#[test]
+fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let alpha = f.create_tenant("alpha", &["--gpus", "8"])?;
+        let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "12"])?;
+
+        // beta alone: its 4 and 8 borrowed (4 of them alpha's idle guarantee).
+        kc_apply_ok(&k, &beta, &gpu_deployment("train", 12))?;
+        let mut seen = (0, 0, 0);
+        poll_until("beta's 12 pods bound", WAIT, || {
+            seen = pods_of(&k, &beta, "train")?;
+            Ok(seen.0 == 12)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        let mut st = (0, 0, 0, 0);
+        poll_until("beta's standing", WAIT, || {
+            st = standing(&f, &k, "beta")?;
+            Ok(st.0 == 12 && st.1 == 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: beta {st:?}"))?;
+        let a = standing(&f, &k, "alpha")?;
+        if a.2 != 4 {
+            bail!("alpha lends 4 of its idle 8 (the other 4 beta borrows are nobody's): {a:?}");
+        }
+        // Host pods were gated, then admitted pinned to a node.
+        let hp = kc_ok(
+            &k,
+            &host,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "fabrik-beta",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.annotations.fabrik\.dev/queue-admitted}|{.spec.nodeSelector.kubernetes\.io/hostname}{"\n"}{end}"#,
+            ],
+        )?;
+        let rows: Vec<&str> = hp.lines().filter(|l| !l.is_empty()).collect();
+        if rows.len() != 12
+            || rows.iter().filter(|r| r.contains(" borrowed|")).count() != 8
+            || rows.iter().any(|r| r.ends_with('|'))
+        {
+            bail!("host pods' admissions: {hp}");
+        }
+
+        // alpha's demand returns: 8 pods. 4 GPUs are free; 4 come back from beta.
+        kc_apply_ok(&k, &alpha, &gpu_deployment("serve", 8))?;
+        poll_until("alpha's 8 pods bound", WAIT, || {
+            seen = pods_of(&k, &alpha, "serve")?;
+            Ok(seen.0 == 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: alpha {seen:?}"))?;
+        poll_until(
+            "beta at its fair share, its replaced pods waiting",
+            WAIT,
+            || {
+                seen = pods_of(&k, &beta, "train")?;
+                Ok(seen == (8, 4, 4))
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{e}: beta (bound, queued, preempted) {seen:?}"))?;
+        poll_until("both at their fair share", WAIT, || {
+            Ok(standing(&f, &k, "alpha")? == (8, 0, 0, 8) && standing(&f, &k, "beta")?.3 == 8)
+        })
+        .map_err(|e| {
+            anyhow::anyhow!(
+                "{e}: alpha {:?} beta {:?}",
+                standing(&f, &k, "alpha"),
+                standing(&f, &k, "beta")
+            )
+        })?;
+        let b = standing(&f, &k, "beta")?;
+        if b.0 != 8 || b.1 != 4 {
+            bail!("beta holds its 4 and 4 borrowed: {b:?}");
+        }
+        // Why, in the preempted tenant: an Event on each preempted pod.
+        let events = kc_ok(
+            &k,
+            &beta,
+            &[
+                "get",
+                "events",
+                "--field-selector",
+                "reason=PreemptedByFairShare",
+                "-o",
+                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+            ],
+        )?;
+        let lines: Vec<&str> = events.lines().filter(|l| !l.is_empty()).collect();
+        if lines.len() < 4 || !lines.iter().all(|l| l.contains("tenant alpha")) {
+            bail!("preemption events in beta: {events}");
+        }
+        // Nothing of alpha was touched.
+        let a_failed = kc_ok(
+            &k,
+            &alpha,
+            &[
+                "get",
+                "pods",
+                "--field-selector",
+                "status.phase=Failed",
+                "-o",
+                "name",
+            ],
+        )?;
+        if !a_failed.trim().is_empty() {
+            bail!("alpha lost pods: {a_failed}");
+        }
+        // The figures on the host's /metrics.
+        let metrics = kc_ok(&k, &host, &["get", "--raw", "/metrics"])?;
+        for want in [
+            "fabrik_queue_fair_share_gpus{tenant=\"beta\",resource=\"nvidia.com/gpu\"} 8",
+            "fabrik_queue_borrowed_gpus{tenant=\"beta\",resource=\"nvidia.com/gpu\"} 4",
+        ] {
+            if !metrics.contains(want) {
+                bail!("/metrics lacks {want}");
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
+#[test]
+fn a_pod_gated_in_the_tenant_runs_only_once_its_gates_are_gone() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let t = f.create_tenant("gated", &["--gpus", "2"])?;
+        // A tenant's own queue (Kueue, say) holds the pod with its gate.
+        kc_apply_ok(
+            &k,
+            &t,
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: held\nspec:\n  schedulingGates:\n  \
+             - name: example.com/tenant-queue\n  containers:\n  - name: main\n    image: trainer\n    \
+             resources: {limits: {nvidia.com/gpu: \"1\"}}\n",
+        )?;
+        let reason = kc_ok(
+            &k,
+            &t,
+            &[
+                "get",
+                "pod",
+                "held",
+                "-o",
+                r#"jsonpath={.status.conditions[?(@.type=="PodScheduled")].reason}"#,
+            ],
+        )?;
+        if reason != "SchedulingGated" {
+            bail!("a gated pod's PodScheduled reason: {reason:?}");
+        }
+        // A new gate may not be added; binding while gated is refused.
+        let add = e2e::kc(
+            &k,
+            &t,
+            &[
+                "patch",
+                "pod",
+                "held",
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op":"add","path":"/spec/schedulingGates/-","value":{"name":"x"}}]"#,
+            ],
+        )?;
+        if add.status.success() {
+            bail!("a scheduling gate was added to an existing pod");
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let copies = kc_ok(
+            &k,
+            &host,
+            &["get", "pods", "-n", "fabrik-gated", "-o", "name"],
+        )?;
+        if !copies.trim().is_empty() {
+            bail!("a pod gated in its tenant reached the host: {copies}");
+        }
+        kc_ok(
+            &k,
+            &t,
+            &[
+                "patch",
+                "pod",
+                "held",
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op":"remove","path":"/spec/schedulingGates"}]"#,
+            ],
+        )?;
+        let mut node = String::new();
+        poll_until("the pod bound once its gate is gone", WAIT, || {
+            node = kc_ok(
+                &k,
+                &t,
+                &["get", "pod", "held", "-o", "jsonpath={.spec.nodeName}"],
+            )?;
+            Ok(!node.is_empty())
+        })?;
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
