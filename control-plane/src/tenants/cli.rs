@@ -221,7 +221,7 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                 queue: (c.borrow_gpus.is_some()
                     || c.lend_gpus.is_some()
                     || c.queue_weight.is_some())
-                .then(|| TenantQueue {
+                .then_some(TenantQueue {
                     borrowing_limit: c.borrow_gpus,
                     lending_limit: c.lend_gpus,
                     weight: c.queue_weight,
