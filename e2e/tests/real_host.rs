@@ -607,6 +607,23 @@ fn scenario(w: &mut World) -> Result<()> {
                 })
                 .with_context(|| format!("no host pod asks for a GPU:\n{}", pod_lines(&gpu)))?;
             let node = gpu_pod["spec"]["nodeName"].as_str().unwrap_or("");
+            // It went through Fabrik's GPU queue: created gated, admitted pinned to the node
+            // the real kube-scheduler then bound it to (a scheduler that knows nothing of
+            // Fabrik, honouring scheduling gates).
+            let admitted = &gpu_pod["metadata"]["annotations"]["fabrik.dev/queue-admitted"];
+            let pinned = &gpu_pod["spec"]["nodeSelector"]["kubernetes.io/hostname"];
+            let gates = gpu_pod["spec"]["schedulingGates"]
+                .as_array()
+                .map_or(0, Vec::len);
+            if !admitted.as_str().is_some_and(|a| a.ends_with(" guaranteed"))
+                || pinned.as_str() != Some(node)
+                || gates != 0
+            {
+                bail!(
+                    "the GPU pod did not come through the GPU queue: admitted {admitted}, \
+                     pinned {pinned}, {gates} gates, bound to {node}"
+                );
+            }
             let n = get_json(&k, &admin, &["get", "node", node])?;
             if n["status"]["allocatable"]["nvidia.com/gpu"] != "8" {
                 bail!(
