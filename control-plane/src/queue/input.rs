@@ -10,7 +10,9 @@ use k8s_openapi::api::resource::v1::ResourceSlice;
 use node_agent::scheduler::fit;
 use node_agent::scheduler::model::{self, GpuDevice, NodeView};
 
-use super::decide::{Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
+use node_agent::scheduler::queue::{
+    Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME,
+};
 
 /// A tenant's queue settings from its spec; `resources` are the host resources of its kinds.
 pub fn tenant_queue(tenant: &Tenant, resources: Vec<String>) -> TenantQueue {

@@ -23,6 +23,7 @@ pub mod claims;
 pub mod fit;
 pub mod model;
 pub mod plan;
+pub mod queue;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

@@ -1,4 +1,5 @@
-//! One decision of the GPU queue, pure: given the tenants' guarantees and limits, what every
+//! One decision of the control plane's GPU queue, pure (beside [`super::plan`], the scheduler's
+//! placement, whose fit it uses): given the tenants' guarantees and limits, what every
 //! tenant holds, the workloads waiting and the nodes as they are, which workloads are admitted
 //! (and where), which borrowed workloads are preempted so that tenants get their fair share
 //! back, and what every waiting pod is told.
@@ -9,8 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use node_agent::scheduler::fit;
-use node_agent::scheduler::model::{NodeView, PodRequest};
+use super::fit;
+use super::model::{NodeView, PodRequest};
 
 /// Requests or holdings per host GPU resource.
 pub type Gpus = BTreeMap<String, i64>;
@@ -874,7 +875,7 @@ pub const HOSTNAME: &str = "kubernetes.io/hostname";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use node_agent::scheduler::model::GpuDevice;
+    use crate::scheduler::model::GpuDevice;
 
     fn node(name: &str, gpus: i64) -> NodeView {
         NodeView {
