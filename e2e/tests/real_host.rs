@@ -615,7 +615,9 @@ fn scenario(w: &mut World) -> Result<()> {
             let gates = gpu_pod["spec"]["schedulingGates"]
                 .as_array()
                 .map_or(0, Vec::len);
-            if !admitted.as_str().is_some_and(|a| a.ends_with(" guaranteed"))
+            if !admitted
+                .as_str()
+                .is_some_and(|a| a.ends_with(" guaranteed"))
                 || pinned.as_str() != Some(node)
                 || gates != 0
             {
