@@ -288,3 +288,78 @@ fn a_pod_gated_in_the_tenant_runs_only_once_its_gates_are_gone() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+/// A Job of `parallelism` pods of `gpus` GPUs each (indexed when `indexed`).
+fn gpu_job(name: &str, parallelism: usize, gpus: usize, indexed: bool) -> String {
+    let mode = if indexed { "Indexed" } else { "NonIndexed" };
+    format!(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: {name}\nspec:\n  parallelism: {parallelism}\n  \
+         completions: {parallelism}\n  completionMode: {mode}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    \
+         spec:\n      restartPolicy: Never\n      containers:\n      - name: main\n        image: trainer\n        \
+         resources: {{limits: {{nvidia.com/gpu: \"{gpus}\"}}}}\n"
+    )
+}
+
+#[test]
+fn a_job_is_admitted_with_all_its_parallelism_or_not_at_all() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        // The quota counts waiting pods too: room for both Jobs.
+        let t = f.create_tenant("jobs", &["--gpus", "24"])?;
+        // Two pods of 8 GPUs on one node of 8: neither may start (half a job holds GPUs for
+        // nothing); each says it waits as a gang.
+        kc_apply_ok(&k, &t, &gpu_job("wide", 2, 8, true))?;
+        let mut seen = String::new();
+        poll_until("the wide Job's pods told why they wait", WAIT, || {
+            seen = kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "app=wide",
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.spec.nodeName}|{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}"#,
+                ],
+            )?;
+            let rows: Vec<&str> = seen.lines().filter(|r| !r.is_empty()).collect();
+            Ok(rows.len() == 2
+                && rows
+                    .iter()
+                    .all(|r| r.starts_with('|') && r.contains("gang default/job/wide")))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen}"))?;
+        // Two pods of 4: admitted together, the Job completes.
+        kc_apply_ok(&k, &t, &gpu_job("pair", 2, 4, false))?;
+        poll_until("the pair Job complete", WAIT, || {
+            seen = kc_ok(
+                &k,
+                &t,
+                &["get", "job", "pair", "-o", "jsonpath={.status.succeeded}"],
+            )?;
+            Ok(seen == "2")
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: succeeded {seen:?}"))?;
+        let bound = kc_ok(
+            &k,
+            &t,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=wide",
+                "-o",
+                "jsonpath={.items[*].spec.nodeName}",
+            ],
+        )?;
+        if !bound.trim().is_empty() {
+            bail!("a pod of the Job that cannot fit whole was bound: {bound}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

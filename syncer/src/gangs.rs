@@ -14,6 +14,14 @@
 //! * Volcano's PodGroups: annotation `scheduling.k8s.io/group-name` naming a
 //!   `scheduling.volcano.sh` PodGroup, `spec.minMember` likewise.
 //!
+//! * JobSets: label `jobset.sigs.k8s.io/jobset-name`; the gang is all the pods of the
+//!   JobSet, sized by the JobSet's `replicatedJobs` (replicas × parallelism), as Kueue
+//!   admits a JobSet whole.
+//! * Jobs: a pod owned by a Job (label `batch.kubernetes.io/job-name`, or the older
+//!   `job-name`) is one of a gang of the Job's `parallelism`, no more than the completions it
+//!   still needs, as Kueue admits a Job with all its parallelism (a Job of parallelism 1 asks
+//!   for none). Indexed Jobs alike.
+//!
 //! A gang is named within the pod's tenant namespace, so two namespaces' groups of one name
 //! stay apart. A count that is not a whole number from 1 to [`MAX_GANG`] asks for no gang. A
 //! pod naming a PodGroup that does not exist (yet) waits for it, unsynced, as the coscheduling
@@ -40,6 +48,13 @@ pub const COSCHEDULING_GROUP: &str = "scheduling.x-k8s.io/pod-group";
 pub const COSCHEDULING_GROUP_OLD: &str = "pod-group.scheduling.sigs.k8s.io";
 /// Volcano's pod group annotation.
 pub const VOLCANO_GROUP: &str = "scheduling.k8s.io/group-name";
+
+/// A JobSet's pods' label naming it.
+pub const JOBSET_NAME: &str = "jobset.sigs.k8s.io/jobset-name";
+/// A Job's pods' label naming it.
+pub const JOB_NAME: &str = "batch.kubernetes.io/job-name";
+/// The older label naming a pod's Job.
+pub const JOB_NAME_OLD: &str = "job-name";
 
 /// The largest gang asked for this way.
 pub const MAX_GANG: usize = 10_000;
@@ -74,12 +89,74 @@ pub enum Asked {
     Waiting(String),
 }
 
+/// The JobSet ([`Kind::JobSet`]) or Job ([`Kind::Job`]) a pod belongs to, by its labels.
+pub fn owner(pod: &Value, kind: Kind) -> Option<String> {
+    let labels = &pod["metadata"]["labels"];
+    let named = |v: &Value| v.as_str().filter(|s| !s.is_empty()).map(str::to_string);
+    match kind {
+        Kind::JobSet => named(&labels[JOBSET_NAME]),
+        Kind::Job => named(&labels[JOB_NAME]).or_else(|| named(&labels[JOB_NAME_OLD])),
+        _ => None,
+    }
+}
+
+fn count(v: &Value, default: u64) -> u64 {
+    if v.is_null() {
+        default
+    } else {
+        v.as_u64().unwrap_or(0)
+    }
+}
+
+/// The gang a Job's pods form: its parallelism, no more than the completions it still needs.
+fn job_gang(job: &Value) -> Option<usize> {
+    let spec = &job["spec"];
+    let parallelism = count(&spec["parallelism"], 1);
+    let left = match spec["completions"].as_u64() {
+        Some(c) => c.saturating_sub(count(&job["status"]["succeeded"], 0)),
+        None => parallelism,
+    };
+    let n = usize::try_from(parallelism.min(left)).ok()?;
+    (2..=MAX_GANG).contains(&n).then_some(n)
+}
+
+/// The gang a JobSet's pods form: every replicated Job's replicas × parallelism.
+fn jobset_gang(jobset: &Value) -> Option<usize> {
+    let mut total: u64 = 0;
+    for r in jobset["spec"]["replicatedJobs"].as_array()? {
+        let replicas = count(&r["replicas"], 1);
+        let parallelism = count(&r["template"]["spec"]["parallelism"], 1);
+        total = total.checked_add(replicas.checked_mul(parallelism)?)?;
+    }
+    let n = usize::try_from(total).ok()?;
+    (2..=MAX_GANG).contains(&n).then_some(n)
+}
+
 /// What a tenant pod asks for (see the module docs).
 pub fn asked(pod: &Value, group: impl Fn(Kind, &str) -> Option<Value>) -> Asked {
     if let Some((name, size)) = gang(pod) {
         return Asked::Gang(name, size);
     }
     let Some((kind, name)) = pod_group(pod) else {
+        // A JobSet's, then a Job's.
+        for (kind, what) in [(Kind::JobSet, "JobSet"), (Kind::Job, "Job")] {
+            let Some(name) = owner(pod, kind) else {
+                continue;
+            };
+            let Some(obj) = group(kind, &name) else {
+                return Asked::Waiting(format!(
+                    "waiting for its {what} {name:?} to be known: its pods are admitted together"
+                ));
+            };
+            let size = match kind {
+                Kind::JobSet => jobset_gang(&obj),
+                _ => job_gang(&obj),
+            };
+            return match size {
+                Some(n) => Asked::Gang(format!("{}/{name}", what.to_lowercase()), n),
+                None => Asked::None,
+            };
+        }
         return Asked::None;
     };
     let what = match kind {
@@ -165,6 +242,57 @@ mod tests {
             pod_group(&old),
             Some((Kind::CoschedulingPodGroup, "t".into()))
         );
+    }
+
+    #[test]
+    fn jobs_and_jobsets_are_gangs_of_their_parallelism() {
+        let job_pod = pod(json!({JOB_NAME: "train"}), json!({}));
+        let job = |spec: Value, status: Value| {
+            move |k: Kind, n: &str| {
+                (k == Kind::Job && n == "train").then(|| json!({"spec": spec, "status": status}))
+            }
+        };
+        assert_eq!(
+            asked(
+                &job_pod,
+                job(json!({"parallelism": 4, "completions": 8}), json!({}))
+            ),
+            Asked::Gang("job/train".into(), 4)
+        );
+        // Only what it still needs: 2 of 8 completions left.
+        assert_eq!(
+            asked(
+                &job_pod,
+                job(
+                    json!({"parallelism": 4, "completions": 8}),
+                    json!({"succeeded": 6})
+                )
+            ),
+            Asked::Gang("job/train".into(), 2)
+        );
+        // Parallelism 1 (the default): no gang.
+        assert_eq!(asked(&job_pod, job(json!({}), json!({}))), Asked::None);
+        // Not known yet: wait for it.
+        assert!(matches!(asked(&job_pod, |_, _| None), Asked::Waiting(m) if m.contains("Job")));
+        // A JobSet's pods (which are its Jobs' pods too) form one gang of all its Jobs.
+        let js_pod = pod(
+            json!({JOBSET_NAME: "llm", JOB_NAME: "llm-workers-0"}),
+            json!({}),
+        );
+        let jobset = |k: Kind, _: &str| {
+            (k == Kind::JobSet).then(|| {
+                json!({"spec": {"replicatedJobs": [
+                    {"name": "leader", "replicas": 1, "template": {"spec": {}}},
+                    {"name": "workers", "replicas": 2, "template": {"spec": {"parallelism": 4}}}]}})
+            })
+        };
+        assert_eq!(asked(&js_pod, jobset), Asked::Gang("jobset/llm".into(), 9));
+        // Kueue's labels win over the Job's.
+        let both = pod(
+            json!({KUEUE_GROUP: "g", JOB_NAME: "train"}),
+            json!({KUEUE_TOTAL: "3"}),
+        );
+        assert_eq!(asked(&both, |_, _| None), Asked::Gang("kueue/g".into(), 3));
     }
 
     #[test]

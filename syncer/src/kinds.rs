@@ -44,6 +44,11 @@ pub enum Kind {
     CoschedulingPodGroup,
     /// scheduling.volcano.sh/v1beta1 PodGroup (watched in the tenant only, as above).
     VolcanoPodGroup,
+    /// batch/v1 Job (watched in the tenant only: a Job's parallelism is the gang of its pods).
+    Job,
+    /// jobset.x-k8s.io/v1alpha2 JobSet (watched in the tenant only: all its Jobs' pods are one
+    /// gang).
+    JobSet,
 }
 
 impl Kind {
@@ -88,11 +93,17 @@ impl Kind {
                 | Kind::ReferenceGrant
                 | Kind::CoschedulingPodGroup
                 | Kind::VolcanoPodGroup
+                | Kind::JobSet
         )
     }
 
     /// The tenant-only kinds whose objects size gangs ([`crate::gangs`]).
-    pub const POD_GROUPS: [Kind; 2] = [Kind::CoschedulingPodGroup, Kind::VolcanoPodGroup];
+    pub const GANG_OBJECTS: [Kind; 4] = [
+        Kind::CoschedulingPodGroup,
+        Kind::VolcanoPodGroup,
+        Kind::Job,
+        Kind::JobSet,
+    ];
 
     /// The kinds a Tenant may add to the synced set (`spec.sync.extraKinds`).
     pub const EXTRA: [Kind; 3] = [Kind::Ingress, Kind::HttpRoute, Kind::GrpcRoute];
@@ -140,6 +151,13 @@ impl Kind {
                     "podgroups",
                 )
             }
+            Kind::JobSet => {
+                return ApiResource::from_gvk_with_plural(
+                    &GroupVersionKind::gvk("jobset.x-k8s.io", "v1alpha2", "JobSet"),
+                    "jobsets",
+                )
+            }
+            Kind::Job => ("batch", "Job", "jobs"),
             Kind::Pod => ("", "Pod", "pods"),
             Kind::Service => ("", "Service", "services"),
             Kind::Endpoints => ("", "Endpoints", "endpoints"),

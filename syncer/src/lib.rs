@@ -201,7 +201,7 @@ pub async fn run_with(
         .chain([Kind::Node, Kind::DeviceClass])
         .chain(extra.iter().copied())
         .chain(syncs_routes.then_some(Kind::ReferenceGrant))
-        .chain(Kind::POD_GROUPS)
+        .chain(Kind::GANG_OBJECTS)
     {
         let cache = Arc::new(Cache::default());
         tenant_caches.insert(kind, cache.clone());

@@ -298,17 +298,33 @@ pub async fn reconcile(ctx: &Context, key: &Key) -> Result<(), Error> {
         | Kind::Ingress
         | Kind::HttpRoute
         | Kind::GrpcRoute) => partial(ctx, kind, &key.namespace, &key.name).await,
-        Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup => {
-            // A PodGroup sizes the gang of its namespace's pods: look at them again.
+        kind @ (Kind::CoschedulingPodGroup | Kind::VolcanoPodGroup | Kind::Job | Kind::JobSet) => {
+            // It sizes the gang of pods of its namespace: look at those again (a Job or
+            // JobSet, only its own pods not on the host yet — it changes with each pod).
+            let host = ctx.hcache(Kind::Pod);
             for p in ctx.tcache(Kind::Pod).map(|c| c.list()).unwrap_or_default() {
                 let (namespace, name) = crate::cache::key_of(&p);
-                if namespace == key.namespace {
-                    ctx.queue.push(Key {
-                        kind: Kind::Pod,
-                        namespace,
-                        name,
-                    });
+                if namespace != key.namespace {
+                    continue;
                 }
+                if matches!(kind, Kind::Job | Kind::JobSet) {
+                    let mine = crate::gangs::owner(&p, kind).as_deref() == Some(key.name.as_str());
+                    let synced = host.is_some_and(|h| {
+                        h.get(
+                            &ctx.host_namespace,
+                            &naming::host_name(&name, &namespace, &ctx.tenant),
+                        )
+                        .is_some()
+                    });
+                    if !mine || synced {
+                        continue;
+                    }
+                }
+                ctx.queue.push(Key {
+                    kind: Kind::Pod,
+                    namespace,
+                    name,
+                });
             }
             Ok(())
         }
@@ -359,7 +375,9 @@ fn desired(ctx: &Context, kind: Kind, obj: &Value, host: Option<&Value>) -> Opti
         | Kind::DeviceClass
         | Kind::ReferenceGrant
         | Kind::CoschedulingPodGroup
-        | Kind::VolcanoPodGroup => None,
+        | Kind::VolcanoPodGroup
+        | Kind::Job
+        | Kind::JobSet => None,
     }
 }
 
@@ -834,9 +852,23 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             return ctx.tenant_status(Kind::Pod, ns, name, status).await;
         }
         let gang = match crate::gangs::asked(&tpod, |kind, group| {
-            ctx.tcache(kind)
-                .and_then(|c| c.get(ns, group))
-                .map(|g| (*g).clone())
+            let mut obj = (*ctx.tcache(kind)?.get(ns, group)?).clone();
+            if kind == Kind::Job {
+                // Its completions so far, as its pods show them (the Job's status may lag a
+                // replacement pod: a gang sized by a stale count would wait for ever).
+                let done = tc
+                    .list()
+                    .iter()
+                    .filter(|p| {
+                        p["metadata"]["namespace"] == ns
+                            && phase(p) == "Succeeded"
+                            && crate::gangs::owner(p, Kind::Job).as_deref() == Some(group)
+                    })
+                    .count() as u64;
+                let reported = obj["status"]["succeeded"].as_u64().unwrap_or(0);
+                obj["status"]["succeeded"] = json!(reported.max(done));
+            }
+            Some(obj)
         }) {
             crate::gangs::Asked::None => None,
             crate::gangs::Asked::Gang(g, size) => Some((g, size)),
