@@ -363,3 +363,61 @@ fn a_job_is_admitted_with_all_its_parallelism_or_not_at_all() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+#[test]
+fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        // Every GPU is whole; an inference tenant runs on 1g.18gb MIG instances.
+        let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
+        let busy = f.create_tenant("busy", &["--gpus", "8"])?;
+        kc_apply_ok(&k, &busy, &gpu_deployment("hold", 1))?;
+        let mut seen = (0, 0, 0);
+        poll_until("busy's pod bound", WAIT, || {
+            seen = pods_of(&k, &busy, "hold")?;
+            Ok(seen.0 == 1)
+        })?;
+        kc_apply_ok(&k, &t, &gpu_deployment("serve", 4))?;
+        poll_until("the inference pods running on MIG", WAIT, || {
+            seen = pods_of(&k, &t, "serve")?;
+            Ok(seen.0 == 4)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        // Only the idle node was laid out: the one holding busy's pod is still whole.
+        let layouts = kc_ok(
+            &k,
+            &host,
+            &[
+                "get",
+                "nodes",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.fabrik\.dev/gpu-layout}|{end}"#,
+            ],
+        )?;
+        let held = kc_ok(
+            &k,
+            &busy,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=hold",
+                "-o",
+                "jsonpath={.items[0].spec.nodeName}",
+            ],
+        )?;
+        let mig_nodes: Vec<&str> = layouts
+            .split('|')
+            .filter(|l| l.contains("geometry: all-1g.18gb"))
+            .collect();
+        if mig_nodes.len() != 1 || mig_nodes[0].starts_with(&format!("{held}=")) {
+            bail!("layouts {layouts:?}; busy's pod is on {held}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

@@ -23,6 +23,7 @@
 //! the host's objects on every change, so a new leader needs no hand-over.
 
 pub mod input;
+pub mod layouts;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -317,6 +318,8 @@ struct Stores<'a> {
 #[derive(Default)]
 struct State {
     reservation: Option<Reservation>,
+    /// Nodes repartitioned for demand lately.
+    repartitioned: layouts::Recent,
     /// Failures already logged, by what failed (logged again only when the error changes).
     failures: BTreeMap<String, String>,
 }
@@ -369,6 +372,23 @@ async fn pass(
     let decision = decide::decide(&input, &settings.policy);
     state.reservation = decision.reservation.clone();
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
+    // A kind of GPU asked for that no node offers: an idle node is laid out for it.
+    if let Some((node, layout)) = layouts::plan(&input, &nodes, &state.repartitioned) {
+        let what = format!("layout {node}");
+        let patch =
+            json!({"metadata": {"annotations": {fabrik_api::ANNOTATION_GPU_LAYOUT: layout}}});
+        match Api::<Node>::all(host.clone())
+            .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {
+                state.ok(&what);
+                state.repartitioned.note(&node);
+                tracing::info!(%node, layout = %layout.replace('\n', "; "), "GPU queue: node laid out for waiting demand");
+            }
+            Err(e) => state.failed(what, &e),
+        }
+    }
 }
 
 fn pod_ns_name(key: &str) -> (&str, &str) {

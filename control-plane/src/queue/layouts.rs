@@ -1,0 +1,145 @@
+//! GPU layouts that follow the queue's demand: when workloads wait for a kind of GPU that no
+//! node offers at all (a `mig:1g.18gb` tenant on a pool of whole GPUs, whole-GPU training on a
+//! pool partitioned into MIG), an idle node is repartitioned for it by writing its layout
+//! annotation ([`fabrik_api::ANNOTATION_GPU_LAYOUT`]), which its node agent applies (see
+//! `docs/node-agent.md`, "Layouts").
+//!
+//! Only idle nodes are touched (no pod holds or is admitted to any of their GPUs), one per
+//! decision, and a node repartitioned here is left alone for [`HOLD`] afterwards, so that two
+//! demands cannot toss a node between them. A node whose GPU model lacks the MIG profile asked
+//! for is not chosen. Draining busy GPUs for a layout is not done here.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use node_agent::scheduler::queue::Input;
+
+/// How long a node repartitioned here is not repartitioned again.
+pub const HOLD: Duration = Duration::from_secs(60);
+
+/// How long demand must have waited before a node is repartitioned for it, in nanoseconds.
+pub const WAITED: i128 = 5 * 1_000_000_000;
+
+/// The layout (annotation text) that makes a node offer `resource`, if Fabrik's node agent
+/// can lay one out for it on a node with these labels.
+pub fn layout_for(resource: &str, labels: &BTreeMap<String, String>) -> Option<String> {
+    if resource == fabrik_api::RESOURCE_GPU {
+        return Some("mode: whole\n".into());
+    }
+    if resource == fabrik_api::RESOURCE_GPU_SHARED {
+        return Some("mode: time-slicing\nreplicas: 4\n".into());
+    }
+    let profile = resource.strip_prefix("nvidia.com/mig-")?;
+    let product = labels.get("nvidia.com/gpu.product")?;
+    let memory = labels
+        .get("nvidia.com/gpu.memory")
+        .and_then(|m| m.parse::<u64>().ok())?;
+    let model = node_agent::profiles::model_from_product(product, memory).ok()?;
+    model.profile(profile).ok()?;
+    Some(format!(
+        "mode: mig\nstrategy: mixed\ngeometry: all-{profile}\n"
+    ))
+}
+
+/// Remembers the nodes repartitioned here.
+#[derive(Default)]
+pub struct Recent(BTreeMap<String, Instant>);
+
+impl Recent {
+    fn held(&self, node: &str) -> bool {
+        self.0.get(node).is_some_and(|at| at.elapsed() < HOLD)
+    }
+
+    /// Notes that `node` was repartitioned now.
+    pub fn note(&mut self, node: &str) {
+        self.0.retain(|_, at| at.elapsed() < HOLD);
+        self.0.insert(node.to_string(), Instant::now());
+    }
+}
+
+/// The node to repartition and its new layout, if some demand waits for a GPU kind no node
+/// offers and an idle node can offer it.
+pub fn plan(input: &Input, nodes: &[Node], recent: &Recent) -> Option<(String, String)> {
+    // Kinds asked for that no schedulable node offers, by how long they have waited.
+    let mut wanted: BTreeMap<String, i128> = BTreeMap::new();
+    for w in &input.waiting {
+        if input.now - w.arrival < WAITED {
+            continue;
+        }
+        for r in w.gpus().keys() {
+            if input.capacity.get(r).copied().unwrap_or(0) == 0 {
+                let at = wanted.entry(r.clone()).or_insert(w.arrival);
+                *at = (*at).min(w.arrival);
+            }
+        }
+    }
+    let mut order: Vec<(i128, String)> = wanted.into_iter().map(|(r, at)| (at, r)).collect();
+    order.sort();
+    let busy: BTreeSet<&str> = input
+        .admitted
+        .iter()
+        .flat_map(|a| a.pods.iter().map(|p| p.node.as_str()))
+        .collect();
+    // Kinds other waiting work needs: a node offering them is taken last.
+    let needed: BTreeSet<String> = input
+        .waiting
+        .iter()
+        .flat_map(|w| w.gpus().into_keys())
+        .collect();
+    for (_, resource) in order {
+        let candidate = input
+            .nodes
+            .iter()
+            .zip(nodes)
+            .filter(|(view, _)| view.schedulable && !busy.contains(view.name.as_str()))
+            .filter(|(view, _)| view.devices.iter().all(|d| d.used == 0))
+            .filter(|(view, _)| !recent.held(&view.name))
+            .filter_map(|(view, node)| {
+                let labels = node.metadata.labels.clone().unwrap_or_default();
+                let layout = layout_for(&resource, &labels)?;
+                let offers_needed = view
+                    .devices
+                    .iter()
+                    .filter(|d| needed.contains(&d.resource))
+                    .count();
+                Some((offers_needed, view.name.clone(), layout))
+            })
+            .min();
+        if let Some((_, node, layout)) = candidate {
+            return Some((node, layout));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layouts_name_what_the_node_agent_lays_out() {
+        let h200 = BTreeMap::from([
+            (
+                "nvidia.com/gpu.product".to_string(),
+                "NVIDIA-H200".to_string(),
+            ),
+            ("nvidia.com/gpu.memory".to_string(), "143771".to_string()),
+        ]);
+        let text = layout_for("nvidia.com/mig-1g.18gb", &h200).expect("a MIG layout");
+        let parsed = node_agent::layout::parse(&text).expect("parses");
+        assert_eq!(
+            serde_json::to_value(&parsed).expect("json")["mode"],
+            "mig",
+            "{text}"
+        );
+        // A profile of another model is not laid out here.
+        assert_eq!(layout_for("nvidia.com/mig-1g.10gb", &h200), None);
+        assert!(layout_for("nvidia.com/gpu", &h200).is_some());
+        assert!(node_agent::layout::parse(
+            &layout_for("nvidia.com/gpu.shared", &h200).expect("ts")
+        )
+        .is_ok());
+        assert_eq!(layout_for("fabrik.dev/shared-gpu-1mib-1pct", &h200), None);
+    }
+}
