@@ -62,7 +62,7 @@ impl Default for Settings {
             policy: Policy::default(),
             evict_after: Duration::from_secs(15),
             resync: Duration::from_secs(2),
-            settle: Duration::from_millis(50),
+            settle: Duration::from_millis(100),
         }
     }
 }
@@ -209,6 +209,9 @@ where
     })
 }
 
+/// How often a waiting pod's message is rewritten when only its figures change.
+const RETELL: Duration = Duration::from_secs(15);
+
 /// A tenant's host GPU resources.
 pub type Resources = dyn Fn(&Tenant) -> Vec<String> + Send + Sync;
 
@@ -287,6 +290,7 @@ pub async fn run(
         _ = ready => loop {
             tokio::select! {
                 _ = &mut shutdown => break,
+                // Changes come in bursts: one decision for a burst, at most one per `settle`.
                 _ = changed.notified() => tokio::time::sleep(settings.settle).await,
                 _ = tokio::time::sleep(settings.resync) => {}
             }
@@ -320,12 +324,20 @@ struct State {
     reservation: Option<Reservation>,
     /// Nodes repartitioned for demand lately.
     repartitioned: layouts::Recent,
+    /// When each waiting pod was last told why it waits.
+    told: BTreeMap<String, std::time::Instant>,
     /// Failures already logged, by what failed (logged again only when the error changes).
     failures: BTreeMap<String, String>,
 }
 
 impl State {
     fn failed(&mut self, what: String, e: &kube::Error) {
+        if matches!(e, kube::Error::Api(s) if s.code == 409 || s.code == 404) {
+            // The object changed or went since the cache saw it: the next decision, on the
+            // newer object, retries. Not worth a warning.
+            tracing::debug!(%what, error = %e, "GPU queue write raced a change");
+            return;
+        }
         let text = e.to_string();
         if self.failures.get(&what) != Some(&text) {
             tracing::warn!(%what, error = %text, "GPU queue write failed; retried on the next decision");
@@ -531,7 +543,13 @@ async fn apply(
             Err(e) => state.failed(what, &e),
         }
     }
-    // Waiting pods: why, in their PodScheduled condition (written only when it changes).
+    // Waiting pods: why, in their PodScheduled condition — written when it changes, but a
+    // message that only changes its figures at most every `RETELL` per pod (every admission
+    // changes the figures of every waiting pod: a write each would swamp a long queue).
+    let now = std::time::Instant::now();
+    state
+        .told
+        .retain(|k, at| decision.waiting.contains_key(k) && now.duration_since(*at) < RETELL);
     for (key, message) in &decision.waiting {
         let (ns, name) = pod_ns_name(key);
         let Some(pod) = find(ns, name) else { continue };
@@ -539,11 +557,18 @@ async fn apply(
             .status
             .as_ref()
             .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"));
+            .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
+            .and_then(|c| c.message.as_deref())
+            .unwrap_or("");
         let text = format!("queued by Fabrik's GPU queue: {message}");
-        if current.and_then(|c| c.message.as_deref()) == Some(text.as_str()) {
+        if current == text {
             continue;
         }
+        let same_kind = current.split(':').take(2).eq(text.split(':').take(2));
+        if same_kind && state.told.contains_key(key) {
+            continue;
+        }
+        state.told.insert(key.clone(), now);
         let mut conditions = pod
             .status
             .as_ref()
