@@ -210,6 +210,10 @@ impl TenantManager {
             );
             (task, shards, config.host.clone())
         });
+        if config.gpu_queue.is_none() {
+            // Pods an earlier run held for the queue go to the host's scheduler now.
+            tokio::spawn(crate::queue::release_gates(config.host.clone()));
+        }
         // The GPU queue decides on one replica: the holder of shard 0 when sharded.
         let queue = config.gpu_queue.map(|settings| {
             runtime.set_gpu_queue(true);

@@ -289,6 +289,13 @@ impl Fabrik {
         Ok(cfg)
     }
 
+    /// Stops and starts again on the same data directory with `args` instead of the first
+    /// start's (a new port).
+    pub fn restart_with(&mut self, args: &[&str]) -> Result<()> {
+        self.args = args.iter().map(|s| s.to_string()).collect();
+        self.restart()
+    }
+
     /// Stops and starts again on the same data directory (a new port).
     pub fn restart(&mut self) -> Result<()> {
         let status = self.stop()?;

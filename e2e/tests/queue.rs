@@ -421,3 +421,48 @@ fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+#[test]
+fn turning_the_queue_off_releases_the_pods_it_held() {
+    let mut f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = |f: &mut Fabrik| -> Result<()> {
+        let t = f.create_tenant("held", &["--gpus", "1"])?;
+        let other = f.create_tenant("other", &["--gpus", "8"])?;
+        kc_apply_ok(&k, &other, &gpu_deployment("all", 8))?;
+        let mut seen = (0, 0, 0);
+        poll_until("other's 8 pods bound", WAIT, || {
+            seen = pods_of(&k, &other, "all")?;
+            Ok(seen.0 == 8)
+        })?;
+        // No GPU left: held's pod waits at the queue's gate.
+        kc_apply_ok(&k, &t, &gpu_deployment("one", 1))?;
+        poll_until("held's pod queued", WAIT, || {
+            seen = pods_of(&k, &t, "one")?;
+            Ok(seen.1 == 1)
+        })?;
+        f.restart_with(&["--nodes", "1", "--gpu-queue=false"])?;
+        let host = f.data_dir().join("host.kubeconfig");
+        let mut gates = String::new();
+        poll_until("the gate released", WAIT, || {
+            gates = kc_ok(
+                &k,
+                &host,
+                &[
+                    "get",
+                    "pods",
+                    "-n",
+                    "fabrik-held",
+                    "-o",
+                    "jsonpath={.items[*].spec.schedulingGates}",
+                ],
+            )?;
+            Ok(gates.trim().is_empty())
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {gates}"))?;
+        Ok(())
+    };
+    if let Err(e) = run(&mut f) {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

@@ -212,6 +212,15 @@ where
 /// How often a waiting pod's message is rewritten when only its figures change.
 const RETELL: Duration = Duration::from_secs(15);
 
+/// Gates left after the queue's is removed, for a merge patch: none removes the field.
+fn gates_value(gates: Vec<k8s_openapi::api::core::v1::PodSchedulingGate>) -> serde_json::Value {
+    if gates.is_empty() {
+        serde_json::Value::Null
+    } else {
+        json!(gates)
+    }
+}
+
 /// A tenant's host GPU resources.
 pub type Resources = dyn Fn(&Tenant) -> Vec<String> + Send + Sync;
 
@@ -443,7 +452,7 @@ async fn apply(
                 },
                 "spec": {
                     "nodeSelector": {decide::HOSTNAME: node},
-                    "schedulingGates": gates,
+                    "schedulingGates": gates_value(gates),
                 },
             });
             let what = format!("admit {ns}/{name}");
@@ -642,6 +651,52 @@ async fn apply(
         Ok(mut s) => *s = all,
         Err(p) => *p.into_inner() = all,
     }
+}
+
+/// With the queue off: removes its gate from the host pods it holds (left by an earlier run
+/// with the queue on), so that they go to the host's scheduler as the others now do. Once, at
+/// start; returns how many pods were released.
+pub async fn release_gates(host: Client) -> usize {
+    let pods: Api<Pod> = Api::all(host.clone());
+    let list = match pods
+        .list(&kube::api::ListParams::default().labels(fabrik_api::LABEL_TENANT))
+        .await
+    {
+        Ok(list) => list.items,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list pods to release the GPU queue's gates");
+            return 0;
+        }
+    };
+    let mut released = 0;
+    for pod in list.iter().filter(|p| input::gated(p)) {
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let gates: Vec<_> = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|g| g.name != fabrik_api::QUEUE_GATE)
+            .collect();
+        let patch = json!({
+            "metadata": {"resourceVersion": pod.metadata.resource_version},
+            "spec": {"schedulingGates": gates_value(gates)},
+        });
+        match Api::<Pod>::namespaced(host.clone(), &ns)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => released += 1,
+            Err(e) => tracing::warn!(pod = %format!("{ns}/{name}"), error = %e,
+                "cannot release the GPU queue's gate"),
+        }
+    }
+    if released > 0 {
+        tracing::info!(pods = released, "GPU queue off: its gates released");
+    }
+    released
 }
 
 /// An Event on a host pod (the syncer shows it on the tenant's pod).
