@@ -524,7 +524,7 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             api_address,
             dns_nameserver,
             local_backends: None,
-            gpu_queue: args.queue.settings(),
+            gpu_queue: args.queue.settings(&args.usage_namespace),
         },
         async move {
             let _ = shutdown.wait_for(|s| *s).await;

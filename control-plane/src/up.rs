@@ -304,7 +304,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
                 }),
                 dns_nameserver,
                 local_backends: args.local_backends.clone(),
-                gpu_queue: args.queue.settings(),
+                gpu_queue: args.queue.settings(fabrik_api::tenant::USAGE_NAMESPACE),
             },
             cluster.server.shutdown_signal(),
         );

@@ -125,8 +125,31 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
             bail!("host pods' admissions: {hp}");
         }
 
-        // alpha's demand returns: 8 pods. 4 GPUs are free; 4 come back from beta.
+        // The platform turns reclaim off (its policy ConfigMap): alpha gets the 4 free GPUs
+        // and waits for the rest; beta keeps what it borrowed.
+        let policy = |reclaim: &str| {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: fabrik-gpu-queue, namespace: fabrik-system}}\n\
+                 data: {{reclaim: \"{reclaim}\"}}\n"
+            )
+        };
+        // (The namespace may not exist yet: node agents make it when they first publish.)
+        let _ = e2e::kc(&k, &host, &["create", "namespace", "fabrik-system"])?;
+        kc_apply_ok(&k, &host, &policy("false"))?;
+        std::thread::sleep(Duration::from_secs(1));
         kc_apply_ok(&k, &alpha, &gpu_deployment("serve", 8))?;
+        poll_until("alpha's 4 pods bound, 4 queued", WAIT, || {
+            seen = pods_of(&k, &alpha, "serve")?;
+            Ok(seen == (4, 4, 0))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: alpha {seen:?}"))?;
+        std::thread::sleep(Duration::from_secs(3));
+        let b = pods_of(&k, &beta, "train")?;
+        if b != (12, 0, 0) {
+            bail!("beta lost pods with reclaim off: {b:?}");
+        }
+        // Reclaim on again: 4 come back from beta.
+        kc_apply_ok(&k, &host, &policy("true"))?;
         poll_until("alpha's 8 pods bound", WAIT, || {
             seen = pods_of(&k, &alpha, "serve")?;
             Ok(seen.0 == 8)

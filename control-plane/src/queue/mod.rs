@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use fabrik_api::tenant::{QueueStatus, Tenant};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
@@ -45,8 +45,10 @@ use node_agent::scheduler::queue::{self as decide, Decision, Policy, Reservation
 /// Settings of the queue controller.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// What the decisions follow.
+    /// What the decisions follow (unless the policy ConfigMap says otherwise).
     pub policy: Policy,
+    /// The host namespace of the policy ConfigMap ([`POLICY_CONFIGMAP`]).
+    pub namespace: String,
     /// How long a pod marked for preemption is left to its tenant's syncer (which tells the
     /// tenant, then evicts it) before the queue evicts it itself.
     pub evict_after: Duration,
@@ -60,6 +62,7 @@ impl Default for Settings {
     fn default() -> Settings {
         Settings {
             policy: Policy::default(),
+            namespace: fabrik_api::tenant::USAGE_NAMESPACE.to_string(),
             evict_after: Duration::from_secs(15),
             resync: Duration::from_secs(2),
             settle: Duration::from_millis(100),
@@ -86,12 +89,13 @@ pub struct QueueArgs {
 
 impl QueueArgs {
     /// The queue's settings, or none when it is off.
-    pub fn settings(&self) -> Option<Settings> {
+    pub fn settings(&self, namespace: &str) -> Option<Settings> {
         self.gpu_queue.then(|| Settings {
             policy: Policy {
                 reclaim: self.queue_reclaim,
                 starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
             },
+            namespace: namespace.to_string(),
             ..Settings::default()
         })
     }
@@ -209,6 +213,47 @@ where
     })
 }
 
+/// The platform's queue policy on the host: ConfigMap `fabrik-gpu-queue` in the control plane's
+/// namespace ([`Settings::namespace`], `fabrik-system` by default),
+/// keys `reclaim` (`true`/`false`) and `starvationSeconds`; what it does not set comes from the
+/// command line.
+pub const POLICY_CONFIGMAP: &str = "fabrik-gpu-queue";
+
+/// The policy a ConfigMap sets over `defaults`; a value that does not parse is told once (by
+/// its text) and the default kept.
+fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
+    let mut policy = defaults.clone();
+    let data = cm.data.clone().unwrap_or_default();
+    let mut problems = Vec::new();
+    if let Some(v) = data.get("reclaim") {
+        match v.trim() {
+            "true" => policy.reclaim = true,
+            "false" => policy.reclaim = false,
+            other => problems.push(format!("reclaim: {other:?} is not true or false")),
+        }
+    }
+    if let Some(v) = data.get("starvationSeconds") {
+        match v.trim().parse::<u32>() {
+            Ok(n) => policy.starvation_after = i128::from(n) * 1_000_000_000,
+            Err(_) => problems.push(format!(
+                "starvationSeconds: {v:?} is not a whole number of seconds"
+            )),
+        }
+    }
+    for k in data.keys() {
+        if k != "reclaim" && k != "starvationSeconds" {
+            problems.push(format!("{k}: not a setting (reclaim, starvationSeconds)"));
+        }
+    }
+    let said = problems.join("; ");
+    if !said.is_empty() && state.policy_problems != said {
+        tracing::warn!(configmap = POLICY_CONFIGMAP, problems = %said,
+            "GPU queue policy: values ignored");
+    }
+    state.policy_problems = said;
+    policy
+}
+
 /// How often a waiting pod's message is rewritten when only its figures change.
 const RETELL: Duration = Duration::from_secs(15);
 
@@ -239,7 +284,19 @@ pub async fn run(
     let (nodes, nodes_w) = reflector::store::<Node>();
     let (tenants, tenants_w) = reflector::store::<Tenant>();
     let (slices, slices_w) = reflector::store::<ResourceSlice>();
+    let (policies, policies_w) = reflector::store::<ConfigMap>();
     let mut tasks = vec![
+        spawn_watch(
+            watcher(
+                Api::<ConfigMap>::namespaced(host.clone(), &settings.namespace),
+                watcher::Config::default().fields(&format!("metadata.name={POLICY_CONFIGMAP}")),
+            )
+            .default_backoff()
+            .reflect(policies_w)
+            .boxed(),
+            changed.clone(),
+            "policy",
+        ),
         spawn_watch(
             watcher(Api::<Pod>::all(host.clone()), watcher::Config::default())
                 .default_backoff()
@@ -307,6 +364,7 @@ pub async fn run(
                 continue;
             }
             let stores = Stores {
+                policies: &policies,
                 pods: &pods,
                 nodes: &nodes,
                 tenants: &tenants,
@@ -321,6 +379,7 @@ pub async fn run(
 }
 
 struct Stores<'a> {
+    policies: &'a Store<ConfigMap>,
     pods: &'a Store<Pod>,
     nodes: &'a Store<Node>,
     tenants: &'a Store<Tenant>,
@@ -335,6 +394,8 @@ struct State {
     repartitioned: layouts::Recent,
     /// When each waiting pod was last told why it waits.
     told: BTreeMap<String, std::time::Instant>,
+    /// What was wrong with the policy ConfigMap, as last told.
+    policy_problems: String,
     /// Failures already logged, by what failed (logged again only when the error changes).
     failures: BTreeMap<String, String>,
 }
@@ -390,7 +451,11 @@ async fn pass(
         .collect();
     let mut input = input::build(queues, &nodes, &slices, &pods, now_nanos());
     input.reservation = state.reservation.clone();
-    let decision = decide::decide(&input, &settings.policy);
+    let policy = match stores.policies.state().first() {
+        Some(cm) => policy_from(cm, &settings.policy, state),
+        None => settings.policy.clone(),
+    };
+    let decision = decide::decide(&input, &policy);
     state.reservation = decision.reservation.clone();
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // A kind of GPU asked for that no node offers: an idle node is laid out for it.
@@ -732,6 +797,54 @@ async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &st
     if let Ok(obj) = serde_json::from_value::<kube::core::DynamicObject>(ev) {
         if let Err(e) = api.create(&PostParams::default(), &obj).await {
             tracing::debug!(pod = %name, error = %e, "GPU queue event not written");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_policy_configmap_sets_what_it_names_and_ignores_the_rest() {
+        let cm = |pairs: &[(&str, &str)]| ConfigMap {
+            data: Some(
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        };
+        let defaults = Policy::default();
+        let mut state = State::default();
+        let p = policy_from(
+            &cm(&[("reclaim", "false"), ("starvationSeconds", "5")]),
+            &defaults,
+            &mut state,
+        );
+        assert!(!p.reclaim);
+        assert_eq!(p.starvation_after, 5_000_000_000);
+        assert!(state.policy_problems.is_empty());
+        let p = policy_from(
+            &cm(&[
+                ("reclaim", "maybe"),
+                ("starvationSeconds", "-1"),
+                ("cohort", "x"),
+            ]),
+            &defaults,
+            &mut state,
+        );
+        assert_eq!(
+            (p.reclaim, p.starvation_after),
+            (defaults.reclaim, defaults.starvation_after)
+        );
+        for field in ["reclaim", "starvationSeconds", "cohort"] {
+            assert!(
+                state.policy_problems.contains(field),
+                "{}",
+                state.policy_problems
+            );
         }
     }
 }
