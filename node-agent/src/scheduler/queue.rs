@@ -483,6 +483,24 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .clone()
         .filter(|r| input.waiting.iter().any(|w| w.key == r.key));
     let mut run = pass(input, &fair, &reservation);
+    // A reservation holds only while its workload waits for room within its tenant's share
+    // (refused by its limits, it would hold nodes empty for nothing).
+    let within_share = |w: &Waiting, books: &Books<'_>| {
+        w.gpus()
+            .keys()
+            .all(|r| books.held(&w.tenant, r) < fair_of(&w.tenant, r))
+    };
+    if let Some(r) = &reservation {
+        let still = run.blocked.values().flatten().any(|(refusal, w)| {
+            w.key == r.key
+                && matches!(refusal, Refusal::Placement(_))
+                && within_share(w, &run.books)
+        });
+        if !still && !run.admit.iter().any(|a| a.key == r.key) {
+            reservation = None;
+            run = pass(input, &fair, &reservation);
+        }
+    }
     if reservation.is_none() {
         let starving = run
             .blocked
@@ -491,6 +509,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
             .filter(|(r, w)| {
                 matches!(r, Refusal::Placement(_))
                     && input.now - w.arrival >= policy.starvation_after
+                    && within_share(w, &run.books)
             })
             .min_by_key(|(_, w)| (w.arrival, w.key.clone()))
             .map(|(_, w)| *w);
@@ -662,7 +681,11 @@ fn try_admit(
                     && books.pending(&o.name, r) > 0
                     && books.held(&o.name, r) < fair_of(&o.name, r)
             });
-            if contended && after > fair_of(&t.name, r) {
+            // A tenant still below its share may take one workload past it: a workload
+            // larger than its share would otherwise never run under contention (reclaim
+            // never takes it below its share, so this does not bounce).
+            let below = held < fair_of(&t.name, r);
+            if contended && after > fair_of(&t.name, r) && !below {
                 return Err(Refusal::Limit(format!(
                     "tenant {} is at its fair share of {r} ({}) while other tenants wait",
                     t.name,
@@ -677,6 +700,19 @@ fn try_admit(
         .filter(|r| r.key != w.key)
         .map(|r| r.nodes.clone())
         .unwrap_or_default();
+    // Not enough free anywhere: no need to try the nodes one by one.
+    for (r, n) in &gpus {
+        let free: i64 = nodes
+            .iter()
+            .filter(|v| v.schedulable && !held_for_other.contains(&v.name))
+            .map(|v| get(&v.free, r))
+            .sum();
+        if free < *n {
+            return Err(Refusal::Placement(format!(
+                "no room on the nodes: {free} {r} free, {n} asked for"
+            )));
+        }
+    }
     let mut trial: Vec<NodeView> = nodes.to_vec();
     for n in trial.iter_mut() {
         if held_for_other.contains(&n.name) {
@@ -784,55 +820,97 @@ fn reclaim(
         }
     }
     for (tenant, refused) in blocked {
+        // Its workloads reclaim may serve, in queue order, each within its fair share (or the
+        // one workload a tenant below its share may take past it), at most RECLAIM_ROUNDS per
+        // decision: each is judged on the nodes as the ones before it left them.
         let mut gaining = Gpus::new();
+        let mut rounds = 0;
         for (refusal, w) in refused {
-            if !matches!(refusal, Refusal::Capacity(_) | Refusal::Placement(_)) {
+            if rounds == RECLAIM_ROUNDS {
+                break;
+            }
+            let eligible = matches!(refusal, Refusal::Capacity(_) | Refusal::Placement(_))
+                && w.gpus().iter().all(|(r, n)| {
+                    let held = books.held(tenant, r) + get(&gaining, r);
+                    held + n <= fair_of(tenant, r) || held < fair_of(tenant, r)
+                });
+            if !eligible {
                 continue;
             }
+            rounds += 1;
             let gpus = w.gpus();
-            // Only up to its fair share.
-            if gpus
-                .iter()
-                .any(|(r, n)| books.held(tenant, r) + get(&gaining, r) + n > fair_of(tenant, r))
-            {
+            for (r, n) in &gpus {
+                *gaining.entry(r.clone()).or_insert(0) += n;
+            }
+            if let Some(after) = place(&view, w) {
+                view = after; // room on its way back already: spoken for
                 continue;
             }
             // Victims: workloads of tenants above their fair share in what it needs, lowest
-            // priority and newest first, never taking a tenant below its fair share.
+            // priority and newest first, never taking a tenant below its fair share (checked as
+            // victims add up). Tried node by node, as upstream's preemption: the node where the
+            // fewest GPUs go makes room.
             let mut victims: Vec<&Admitted> = input
                 .admitted
                 .iter()
                 .filter(|a| !a.leaving && a.tenant != *tenant && !taken.contains(&a.key))
                 .filter(|a| {
-                    let ag = sum(a.pods.iter().map(|p| &p.request));
-                    ag.keys().any(|r| gpus.contains_key(r))
-                        && ag.iter().all(|(r, n)| {
-                            over.get(&(a.tenant.clone(), r.clone()))
-                                .is_some_and(|o| o >= n)
-                        })
+                    sum(a.pods.iter().map(|p| &p.request))
+                        .keys()
+                        .any(|r| gpus.contains_key(r))
                 })
                 .collect();
             victims.sort_by_key(|a| (a.priority, std::cmp::Reverse(a.admitted_at), a.key.clone()));
-            let mut trial = view.clone();
-            let mut chosen: Vec<&Admitted> = Vec::new();
-            let mut placed = place(&trial, w);
-            for v in victims {
-                if placed.is_some() {
-                    break;
+            let mut best: Option<(i64, Vec<&Admitted>, Vec<NodeView>)> = None;
+            for node in view
+                .iter()
+                .filter(|n| n.schedulable)
+                .map(|n| n.name.clone())
+            {
+                let mut trial = view.clone();
+                let mut surplus = over.clone();
+                let mut chosen: Vec<&Admitted> = Vec::new();
+                let mut freed = 0;
+                let mut placed = None;
+                for v in victims
+                    .iter()
+                    .filter(|v| v.pods.iter().any(|p| p.node == node))
+                {
+                    let vg = sum(v.pods.iter().map(|p| &p.request));
+                    let fits_surplus = vg.iter().all(|(r, n)| {
+                        surplus
+                            .get(&(v.tenant.clone(), r.clone()))
+                            .is_some_and(|o| o >= n)
+                    });
+                    if !fits_surplus {
+                        continue;
+                    }
+                    for (r, n) in &vg {
+                        if let Some(o) = surplus.get_mut(&(v.tenant.clone(), r.clone())) {
+                            *o -= n;
+                        }
+                        freed += n;
+                    }
+                    for p in &v.pods {
+                        release(&mut trial, p);
+                    }
+                    chosen.push(v);
+                    placed = place(&trial, w);
+                    if placed.is_some() {
+                        break;
+                    }
                 }
-                for p in &v.pods {
-                    release(&mut trial, p);
+                if let Some(after) = placed {
+                    if best.as_ref().is_none_or(|(f, _, _)| freed < *f) {
+                        best = Some((freed, chosen, after));
+                    }
                 }
-                chosen.push(v);
-                placed = place(&trial, w);
             }
             // Preempting would not make room: take nothing for it.
-            let Some(after) = placed else { continue };
-            // Its room is spoken for in the view the next workloads see.
+            let Some((_, chosen, after)) = best else {
+                continue;
+            };
             view = after;
-            for (r, n) in &gpus {
-                *gaining.entry(r.clone()).or_insert(0) += n;
-            }
             for v in chosen {
                 for (r, n) in sum(v.pods.iter().map(|p| &p.request)) {
                     if let Some(o) = over.get_mut(&(v.tenant.clone(), r)) {
@@ -847,7 +925,7 @@ fn reclaim(
                     pods: v.pods.iter().map(|p| p.request.name.clone()).collect(),
                     message: format!(
                         "preempted by Fabrik's GPU queue: tenant {} held these GPUs beyond its \
-                         fair share, and tenant {tenant}, below its fair share, needs {} for {}",
+                     fair share, and tenant {tenant}, below its fair share, needs {} for {}",
                         v.tenant,
                         what.join(", "),
                         w.key
@@ -858,6 +936,9 @@ fn reclaim(
     }
     out
 }
+
+/// How many of one tenant's waiting workloads reclaim serves in one decision.
+const RECLAIM_ROUNDS: usize = 16;
 
 /// The nodes after placing every pod of `w`, or `None` when one does not fit.
 fn place(nodes: &[NodeView], w: &Waiting) -> Option<Vec<NodeView>> {
