@@ -1070,6 +1070,89 @@ mod tests {
             .collect()
     }
 
+    /// A workload of `tenant` holding `gpus` on the nodes (committed as the scheduler would).
+    fn hold(nodes: &mut [NodeView], tenant: &str, name: &str, gpus: i64, at: i128) -> Admitted {
+        let p = pod(&format!("fabrik-{tenant}"), name, gpus);
+        let placement = fit::choose(nodes, &p).expect("room");
+        let at_node = nodes
+            .iter()
+            .position(|n| n.name == placement.node)
+            .expect("node");
+        let devices = placement
+            .devices
+            .iter()
+            .map(|&d| nodes[at_node].devices[d].name.clone())
+            .collect();
+        fit::commit(nodes, &p, &placement);
+        Admitted {
+            tenant: tenant.into(),
+            key: format!("fabrik-{tenant}/{name}"),
+            pods: vec![HeldPod {
+                request: p,
+                node: placement.node,
+                devices,
+            }],
+            priority: 0,
+            admitted_at: at,
+            leaving: false,
+        }
+    }
+
+    #[test]
+    fn reclaim_never_takes_a_borrower_below_its_fair_share() {
+        // One node of 8: a (4 guaranteed, may borrow 4) holds 6 in three workloads of 2; b (4
+        // guaranteed) holds 2 and waits. Fair shares: 4 and 4.
+        let mut nodes = vec![node("n1", 8)];
+        let mut admitted: Vec<Admitted> = (0..3)
+            .map(|i| hold(&mut nodes, "a", &format!("a{i}"), 2, i))
+            .collect();
+        admitted.push(hold(&mut nodes, "b", "b0", 2, 9));
+        let tenants = vec![tenant("a", 4, 4), tenant("b", 4, 0)];
+        let mut i = input(
+            tenants.clone(),
+            nodes.clone(),
+            vec![waiting("b", "two", 2, 10)],
+        );
+        i.capacity.insert("nvidia.com/gpu".into(), 8);
+        i.admitted = admitted.clone();
+        let d = decide(&i, &Policy::default());
+        // a is 2 over its share: one of its workloads goes, the newest.
+        assert_eq!(d.preempt.len(), 1, "{:?}", d.preempt);
+        assert_eq!(d.preempt[0].key, "fabrik-a/a2");
+        // b waits for 4 more: a's surplus of 2 cannot make room; nothing is taken.
+        let mut i = input(tenants, nodes, vec![waiting("b", "four", 4, 10)]);
+        i.capacity.insert("nvidia.com/gpu".into(), 8);
+        i.admitted = admitted;
+        let d = decide(&i, &Policy::default());
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+    }
+
+    #[test]
+    fn no_reservation_for_a_workload_its_share_does_not_allow() {
+        // One node of 8, full: t holds 4 (its fair share) and waits for an 8-GPU job; o holds 4.
+        let mut nodes = vec![node("n1", 8)];
+        let admitted = vec![
+            hold(&mut nodes, "t", "t0", 4, 0),
+            hold(&mut nodes, "o", "o0", 4, 0),
+        ];
+        let tenants = vec![tenant("t", 4, 8), tenant("o", 4, 0)];
+        let mut i = input(
+            tenants,
+            nodes,
+            vec![waiting("t", "big", 8, 0), waiting("o", "small", 1, 0)],
+        );
+        i.capacity.insert("nvidia.com/gpu".into(), 8);
+        i.admitted = admitted;
+        i.now = 600 * 1_000_000_000;
+        // Even one kept from an earlier decision is dropped.
+        i.reservation = Some(Reservation {
+            key: "fabrik-t/big".into(),
+            nodes: BTreeSet::from(["n1".to_string()]),
+        });
+        let d = decide(&i, &Policy::default());
+        assert_eq!(d.reservation, None);
+    }
+
     #[test]
     fn water_fill_follows_weights_and_wants() {
         assert_eq!(water_fill(8, &[(1, 8), (1, 8)]), vec![4, 4]);
