@@ -257,13 +257,48 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
 /// How often a waiting pod's message is rewritten when only its figures change.
 const RETELL: Duration = Duration::from_secs(15);
 
-/// Gates left after the queue's is removed, for a merge patch: none removes the field.
-fn gates_value(gates: Vec<k8s_openapi::api::core::v1::PodSchedulingGate>) -> serde_json::Value {
+/// A pod's gates without the queue's, for a merge patch: none left removes the field.
+fn gates_without_queue(pod: &Pod) -> serde_json::Value {
+    let gates: Vec<_> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|g| g.name != fabrik_api::QUEUE_GATE)
+        .collect();
     if gates.is_empty() {
         serde_json::Value::Null
     } else {
         json!(gates)
     }
+}
+
+/// A pod's conditions with the one of `type_` replaced (for a status merge patch).
+fn with_condition(
+    pod: &Pod,
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Vec<k8s_openapi::api::core::v1::PodCondition> {
+    let mut conditions = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    conditions.retain(|c| c.type_ != type_);
+    conditions.push(k8s_openapi::api::core::v1::PodCondition {
+        type_: type_.into(),
+        status: status.into(),
+        reason: Some(reason.into()),
+        message: Some(message.into()),
+        last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::now(),
+        )),
+        ..Default::default()
+    });
+    conditions
 }
 
 /// A tenant's host GPU resources.
@@ -501,14 +536,6 @@ async fn apply(
         let ns = pod_ns_name(&a.key).0;
         for (name, node) in &a.placements {
             let Some(pod) = find(ns, name) else { continue };
-            let gates: Vec<_> = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.clone())
-                .unwrap_or_default()
-                .into_iter()
-                .filter(|g| g.name != fabrik_api::QUEUE_GATE)
-                .collect();
             let how = if a.borrowed { "borrowed" } else { "guaranteed" };
             let patch = json!({
                 "metadata": {
@@ -517,7 +544,7 @@ async fn apply(
                 },
                 "spec": {
                     "nodeSelector": {decide::HOSTNAME: node},
-                    "schedulingGates": gates_value(gates),
+                    "schedulingGates": gates_without_queue(pod),
                 },
             });
             let what = format!("admit {ns}/{name}");
@@ -540,22 +567,13 @@ async fn apply(
         for name in &p.pods {
             let Some(pod) = find(ns, name) else { continue };
             let pods_api = Api::<Pod>::namespaced(host.clone(), ns);
-            let mut conditions = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default();
-            conditions.retain(|c| c.type_ != "DisruptionTarget");
-            conditions.push(k8s_openapi::api::core::v1::PodCondition {
-                type_: "DisruptionTarget".into(),
-                status: "True".into(),
-                reason: Some(fabrik_api::REASON_QUEUE_RECLAIM.into()),
-                message: Some(p.message.clone()),
-                last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                    k8s_openapi::jiff::Timestamp::now(),
-                )),
-                ..Default::default()
-            });
+            let conditions = with_condition(
+                pod,
+                "DisruptionTarget",
+                "True",
+                fabrik_api::REASON_QUEUE_RECLAIM,
+                &p.message,
+            );
             let what = format!("preempt {ns}/{name}");
             if let Err(e) = pods_api
                 .patch_status(
@@ -643,22 +661,7 @@ async fn apply(
             continue;
         }
         state.told.insert(key.clone(), now);
-        let mut conditions = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.clone())
-            .unwrap_or_default();
-        conditions.retain(|c| c.type_ != "PodScheduled");
-        conditions.push(k8s_openapi::api::core::v1::PodCondition {
-            type_: "PodScheduled".into(),
-            status: "False".into(),
-            reason: Some("SchedulingGated".into()),
-            message: Some(text),
-            last_transition_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::now(),
-            )),
-            ..Default::default()
-        });
+        let conditions = with_condition(pod, "PodScheduled", "False", "SchedulingGated", &text);
         let what = format!("status {ns}/{name}");
         match Api::<Pod>::namespaced(host.clone(), ns)
             .patch_status(
@@ -737,17 +740,9 @@ pub async fn release_gates(host: Client) -> usize {
     for pod in list.iter().filter(|p| input::gated(p)) {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
-        let gates: Vec<_> = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduling_gates.clone())
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|g| g.name != fabrik_api::QUEUE_GATE)
-            .collect();
         let patch = json!({
             "metadata": {"resourceVersion": pod.metadata.resource_version},
-            "spec": {"schedulingGates": gates_value(gates)},
+            "spec": {"schedulingGates": gates_without_queue(pod)},
         });
         match Api::<Pod>::namespaced(host.clone(), &ns)
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
