@@ -4,6 +4,7 @@
 //! and the files it writes (`DIR/host.kubeconfig`) are a contract other tools depend on.
 
 mod authn;
+mod cluster;
 mod control_plane;
 mod dns;
 mod keyspaces;

@@ -80,7 +80,8 @@ mod tests {
             .await
             .expect("bootstrap");
         let (_stop, stop_rx) = tokio::sync::watch::channel(false);
-        let server = ApiServer::new(registry, Settings::default(), stop_rx).expect("server");
+        let server = ApiServer::new(registry, Default::default(), Settings::default(), stop_rx)
+            .expect("server");
         let client = in_process_client(server, controller_identity("test"));
 
         let namespaces: Api<Namespace> = Api::all(client.clone());

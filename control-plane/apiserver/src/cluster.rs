@@ -1,11 +1,14 @@
-//! One running cluster: store, registry, bootstrap objects, in-process controllers and the
-//! HTTPS listener, started and stopped as a unit.
+//! One running cluster: store, registry, bootstrap objects, the API server's own loops (RBAC
+//! cache, CRDs, API aggregation, namespace finalization), the tasks its assembler runs over
+//! in-process clients (the controller manager: see the control plane's `cluster` module) and
+//! the HTTPS listener, started and stopped as a unit.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use fabrik_store::Store;
+use futures::future::BoxFuture;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -81,18 +84,36 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Puts a cluster's webhooks into its registry: the admission webhooks plugin and the caller of
-/// CRD conversion webhooks (every server of a cluster, owner or follower, has both).
-pub fn add_webhooks(registry: &Registry, settings: &Settings) {
+/// A cluster's registry over `store`, with its whole admission chain: the standard plugins,
+/// RBAC's escalation check (deciding with `authz`, the server's authorizer), the admission
+/// webhooks, then `plugins`; and the caller of CRD conversion webhooks. Every server of a
+/// cluster, owner or follower, builds its registry here, so all admit alike.
+pub fn registry(
+    store: Arc<dyn Store>,
+    settings: &Settings,
+    authz: &crate::rbac::Authorizer,
+    plugins: impl IntoIterator<Item = Arc<dyn Admission>>,
+) -> Registry {
     let caller = || {
         crate::webhook::Caller::new(
             settings.webhooks.targets.clone(),
             settings.webhooks.backends.clone(),
         )
     };
-    registry.add_admission(Arc::new(crate::webhook::Webhooks::new(caller())));
-    registry.set_converter(Arc::new(caller()));
+    let standard: [Arc<dyn Admission>; 2] = [
+        Arc::new(crate::rbac::escalation::Escalation::new(authz.clone())),
+        Arc::new(crate::webhook::Webhooks::new(caller())),
+    ];
+    Registry::new(store, Arc::new(Catalog::builtin()))
+        .with_service_ips(settings.service_ips.clone())
+        .with_admission(standard.into_iter().chain(plugins))
+        .with_converter(Arc::new(caller()))
 }
+
+/// A task a cluster runs over an in-process client (with its own identity) until the cluster
+/// stops: given the client and the shutdown signal.
+pub type InProcessTask =
+    Box<dyn FnOnce(kube::Client, BoxFuture<'static, ()>) -> BoxFuture<'static, ()> + Send>;
 
 /// What a cluster is assembled from: its store, CA and settings, and the admission plugins it
 /// runs after the standard chain. Every plugin is in place before the cluster writes or serves
@@ -102,6 +123,7 @@ pub struct ClusterBuilder {
     ca: Ca,
     settings: Settings,
     admission: Vec<Arc<dyn Admission>>,
+    tasks: Vec<(String, InProcessTask)>,
 }
 
 impl ClusterBuilder {
@@ -111,7 +133,20 @@ impl ClusterBuilder {
         self
     }
 
-    /// Starts the cluster: bootstrap objects, CRDs, controllers.
+    /// Runs `task` over an in-process client with the identity of controller `name` (e.g. the
+    /// controller manager), once the server serves, until the cluster stops.
+    pub fn in_process<F, Fut>(mut self, name: &str, task: F) -> Self
+    where
+        F: FnOnce(kube::Client, BoxFuture<'static, ()>) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let task: InProcessTask =
+            Box::new(move |client, shutdown| Box::pin(task(client, shutdown)));
+        self.tasks.push((name.to_string(), task));
+        self
+    }
+
+    /// Starts the cluster: bootstrap objects, CRDs, the server's loops, the in-process tasks.
     pub async fn start(self) -> Result<Cluster, StartError> {
         Cluster::start_built(self).await
     }
@@ -125,10 +160,12 @@ impl Cluster {
             ca,
             settings,
             admission: Vec::new(),
+            tasks: Vec::new(),
         }
     }
 
-    /// Starts a cluster over `store` with the standard admission chain only.
+    /// Starts a cluster over `store` with the standard admission chain and no in-process tasks
+    /// (no controllers).
     pub async fn start(
         store: Arc<dyn Store>,
         ca: Ca,
@@ -143,18 +180,13 @@ impl Cluster {
             ca,
             mut settings,
             admission,
+            tasks: in_process,
         } = built;
         if settings.auth.client_ca_pem.is_none() {
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
         }
-        let registry = Arc::new(
-            Registry::new(store, Arc::new(Catalog::builtin()))
-                .with_service_ips(settings.service_ips.clone()),
-        );
-        add_webhooks(&registry, &settings);
-        for plugin in admission {
-            registry.add_admission(plugin);
-        }
+        let authz = crate::rbac::Authorizer::default();
+        let registry = Arc::new(registry(store, &settings, &authz, admission));
         bootstrap(&registry).await?;
         crate::rbac::bootstrap::ensure(&registry).await?;
         // Serve the CRDs that exist before answering anything, so their objects are reachable
@@ -164,7 +196,7 @@ impl Cluster {
         let client_ca = settings.auth.client_ca_pem.clone().unwrap_or_default();
         crate::aggregation::authentication::publish(&registry, &client_ca).await?;
         let (stop, stop_rx) = watch::channel(false);
-        let server = ApiServer::new(registry.clone(), settings, stop_rx)?;
+        let server = ApiServer::new(registry.clone(), authz, settings, stop_rx)?;
         // The front proxy of API aggregation presents a client certificate of this cluster's CA.
         if let Err(e) = server.aggregator.issue_identity(&ca) {
             tracing::warn!(error = %e, "API aggregation runs without a front-proxy identity");
@@ -199,23 +231,14 @@ impl Cluster {
             server.shutdown_signal(),
         )));
         tasks.push(tokio::spawn(crds.run(registry, server.shutdown_signal())));
-        // The workload controllers and the garbage collector, over the in-process client.
-        let client = crate::client::in_process_client(
-            server.clone(),
-            crate::client::controller_identity("controller-manager"),
-        );
-        let mut controllers = match server.settings.pod_api_address {
-            Some(addr) => fabrik_controllers::Config::for_pod_api_address(addr),
-            None => fabrik_controllers::Config::for_server_address(&server.settings.server_address),
-        };
-        controllers.root_ca_pem = server.settings.root_ca_pem.clone();
-        controllers.load_balancer_pool = server.settings.load_balancer_pool;
-        controllers.claims.releases = server.settings.releases_claims;
-        tasks.push(tokio::spawn(fabrik_controllers::run_with(
-            client,
-            controllers,
-            server.shutdown_signal(),
-        )));
+        for (name, task) in in_process {
+            let client = crate::client::in_process_client(
+                server.clone(),
+                crate::client::controller_identity(&name),
+            );
+            let shutdown: BoxFuture<'static, ()> = Box::pin(server.shutdown_signal());
+            tasks.push(tokio::spawn(task(client, shutdown)));
+        }
         Ok(Cluster {
             ca,
             server,
@@ -339,5 +362,44 @@ impl Listener {
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
         let _ = tokio::time::timeout(SHUTDOWN_GRACE + Duration::from_secs(1), self.task).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::cluster_quota::ClusterQuota;
+    use fabrik_store::{SledBackend, SledConfig};
+
+    /// Owners and followers build their registry with this one function, so they admit alike:
+    /// the standard plugins, RBAC's escalation check, then the webhooks (after every built-in
+    /// mutation), then the quotas (counting only what everything else admitted) — whatever
+    /// order the caller's plugins come in.
+    #[test]
+    fn every_server_of_a_cluster_has_the_whole_chain_in_order() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let backend = SledBackend::open(SledConfig::new(dir.path().join("db"))).expect("open");
+        let store: Arc<dyn Store> = Arc::new(backend.keyspace("t").expect("keyspace"));
+        let quota: Arc<dyn Admission> = Arc::new(ClusterQuota::new("t", Default::default()));
+        let registry = registry(
+            store,
+            &Settings::default(),
+            &crate::rbac::Authorizer::default(),
+            [quota],
+        );
+        assert_eq!(
+            registry.admission_names(),
+            [
+                "NamespaceLifecycle",
+                "ServiceAccount",
+                "LimitRanger",
+                "PodSecurity",
+                "ValidatingAdmissionPolicy",
+                "RBACEscalation",
+                "AdmissionWebhooks",
+                "ResourceQuota",
+                "ClusterQuota",
+            ]
+        );
     }
 }

@@ -27,6 +27,7 @@ pub mod jsonpath;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod negotiation;
+pub mod object;
 pub mod openapi;
 pub mod pki;
 pub mod pod_streams;

@@ -273,7 +273,7 @@ impl ApiServer {
         Ok(json!({
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenRequest",
-            "metadata": {"name": name, "namespace": ns, "creationTimestamp": crate::registry::object::now()},
+            "metadata": {"name": name, "namespace": ns, "creationTimestamp": crate::object::now()},
             "spec": out_spec,
             "status": {"token": token, "expirationTimestamp": expires},
         }))

@@ -118,22 +118,8 @@ pub struct Settings {
     pub max_watches_per_user: usize,
     /// The most watches all network users together may have open at once on this cluster.
     pub max_watches: usize,
-    /// The CA bundle that verifies the serving certificate clients of this cluster see,
-    /// published as `kube-root-ca.crt` in every namespace (none: not published).
-    pub root_ca_pem: Option<String>,
     /// Where the cluster's Service IPs come from when not from its own range.
     pub service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
-    /// The address the cluster's pods reach its API at: the `kubernetes` Service's cluster IP
-    /// and port, and its endpoint. None: the Service (10.96.0.1:443) points at the listener in
-    /// `server_address`, where that is an IP address.
-    pub pod_api_address: Option<std::net::SocketAddr>,
-    /// Addresses the cluster's own controllers give `type: LoadBalancer` Services (none: no
-    /// load balancer is simulated; a real host has its own).
-    pub load_balancer_pool: Option<fabrik_controllers::loadbalancer::Pool>,
-    /// The cluster's own scheduler allocates its ResourceClaims (`fabrik up`'s host): its
-    /// claim controller also releases them when their pods finish. A tenant's claims are
-    /// allocated on the host, whose status the syncer copies.
-    pub releases_claims: bool,
     /// How the cluster's admission webhooks are called.
     pub webhooks: crate::webhook::WebhookSettings,
     /// Where the built-in `metrics.k8s.io` gets its figures (none: not served).
@@ -149,11 +135,7 @@ impl Default for Settings {
             auth: crate::auth::AuthSettings::default(),
             max_watches_per_user: DEFAULT_WATCHES_PER_USER,
             max_watches: DEFAULT_WATCHES,
-            root_ca_pem: None,
             service_ips: None,
-            pod_api_address: None,
-            load_balancer_pool: None,
-            releases_claims: false,
             webhooks: Default::default(),
             resource_metrics: None,
         }
@@ -191,17 +173,16 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// An API server over `registry`; `shutdown` turning true ends watches.
+    /// An API server over `registry`, authorizing with `authz` (the authorizer the registry's
+    /// RBAC escalation check uses: see [`crate::cluster::registry`]); `shutdown` turning true
+    /// ends watches.
     pub fn new(
         registry: Arc<Registry>,
+        authz: crate::rbac::Authorizer,
         settings: Settings,
         shutdown: watch::Receiver<bool>,
     ) -> Result<Arc<ApiServer>, crate::auth::AuthError> {
         let auth = crate::auth::Authenticator::new(&settings.auth)?;
-        let authz = crate::rbac::Authorizer::default();
-        registry.add_admission(Arc::new(crate::rbac::escalation::Escalation::new(
-            authz.clone(),
-        )));
         let mut builtin = std::collections::HashMap::new();
         if settings.resource_metrics.is_some() {
             let list = crate::resource_metrics::resource_list();
@@ -467,7 +448,8 @@ mod tests {
             max_watches: 5,
             ..Settings::default()
         };
-        let server = ApiServer::new(registry, settings, stop_rx).expect("server");
+        let server =
+            ApiServer::new(registry, Default::default(), settings, stop_rx).expect("server");
         let mut held: Vec<WatchSlot> = (0..3).filter_map(|_| server.open_watch("u").ok()).collect();
         assert_eq!(held.len(), 3);
         let over = server.open_watch("u").err();

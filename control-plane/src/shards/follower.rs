@@ -16,8 +16,6 @@ use std::sync::Arc;
 use fabrik_apiserver::admission::Admission;
 use fabrik_apiserver::controllers::crd::CrdController;
 use fabrik_apiserver::pki::Ca;
-use fabrik_apiserver::registry::Registry;
-use fabrik_apiserver::resources::Catalog;
 use fabrik_apiserver::router::Router;
 use fabrik_apiserver::server::ApiServer;
 use fabrik_apiserver::Settings;
@@ -63,11 +61,11 @@ impl Follower {
         admission: Vec<Arc<dyn Admission>>,
         ca: Option<&Ca>,
     ) -> Result<Follower, Error> {
-        let registry = Arc::new(
-            Registry::new(store, Arc::new(Catalog::builtin()))
-                .with_service_ips(settings.service_ips.clone()),
-        );
-        fabrik_apiserver::cluster::add_webhooks(&registry, &settings);
+        // The same admission as the owner's: the chain is assembled in one place for both.
+        let authz = fabrik_apiserver::rbac::Authorizer::default();
+        let registry = Arc::new(fabrik_apiserver::cluster::registry(
+            store, &settings, &authz, admission,
+        ));
         let mut crds = CrdController::default();
         crds.reconcile_all(&registry)
             .await
@@ -77,13 +75,12 @@ impl Follower {
             })?;
         let (stop, stop_rx) = watch::channel(false);
         let server =
-            ApiServer::new(registry.clone(), settings, stop_rx).map_err(|source| Error::Auth {
-                tenant: tenant.to_string(),
-                source,
+            ApiServer::new(registry.clone(), authz, settings, stop_rx).map_err(|source| {
+                Error::Auth {
+                    tenant: tenant.to_string(),
+                    source,
+                }
             })?;
-        for plugin in admission {
-            server.registry().add_admission(plugin);
-        }
         // The same front-proxy identity as the owner's (its own certificate of the tenant's CA),
         // so aggregated APIs trust requests proxied through any replica.
         match ca.map(|ca| server.aggregator().issue_identity(ca)) {
@@ -195,7 +192,8 @@ impl Followers {
 mod tests {
     use super::*;
     use fabrik_apiserver::admission::cluster_quota::ClusterQuota;
-    use fabrik_apiserver::registry::WriteOptions;
+    use fabrik_apiserver::registry::{Registry, WriteOptions};
+    use fabrik_apiserver::resources::Catalog;
     use fabrik_store::{SledBackend, SledConfig};
     use serde_json::json;
 

@@ -477,18 +477,22 @@ impl SyncerAdmission {
     }
 }
 
-/// The tenant's addresses on the host: its Service IPs are its host copies', and its pods reach
-/// its API at the control plane's Service (the tenant's `kubernetes` Service).
+/// The tenant's addresses on the host: its Service IPs are its host copies'.
 fn with_host_addresses(settings: &mut fabrik_apiserver::Settings, ctx: &Ctx, tenant: &str) {
     settings.service_ips = Some(Arc::new(HostServiceIps {
         host: ctx.host.clone(),
         tenant: tenant.to_string(),
         host_namespace: host_namespace(tenant),
     }));
-    settings.pod_api_address = ctx.rt.api_address.as_ref().and_then(|a| {
+}
+
+/// Where the tenant's pods reach its API: the control plane's Service (the tenant's
+/// `kubernetes` Service).
+fn pod_api_address(ctx: &Ctx) -> Option<std::net::SocketAddr> {
+    ctx.rt.api_address.as_ref().and_then(|a| {
         let ip = a.host.parse::<std::net::IpAddr>().ok()?;
         Some(std::net::SocketAddr::new(ip, a.port))
-    });
+    })
 }
 
 /// What the tenant reaches on the host: its admission webhooks and aggregated APIs (its Services
@@ -680,18 +684,11 @@ fn mirrored_read_only(
 async fn namespace_pod_ips(
     req: &fabrik_apiserver::admission::Request<'_>,
 ) -> Result<std::collections::BTreeSet<std::net::IpAddr>, fabrik_apiserver::ApiError> {
-    let (Some(ns), Some(def)) = (req.namespace, req.registry.resource("", "v1", "pods")) else {
+    let (Some(ns), Some(def)) = (req.namespace, req.objects.resource("", "v1", "pods")) else {
         return Ok(Default::default());
     };
-    let pods = req
-        .registry
-        .list(&def, Some(ns), &Default::default())
-        .await?;
-    Ok(pods
-        .items
-        .iter()
-        .flat_map(syncer::addresses::pod_ips)
-        .collect())
+    let pods = req.objects.list(&def, Some(ns)).await?;
+    Ok(pods.iter().flat_map(syncer::addresses::pod_ips).collect())
 }
 
 /// Starts the tenant's syncer; it stops with the tenant's API server or when the returned
@@ -927,15 +924,19 @@ async fn reconcile_apply(tenant: Arc<Tenant>, ctx: &Ctx) -> Result<Action, Error
             settings.auth.service_account_key = Some(sa_key.clone());
             settings.auth.service_account_issuer = endpoint.clone();
             settings.auth.client_ca_pem = Some(ca.cert_pem().to_string());
-            // Clients verify the tenant's server with the serving CA (the tenant's own CA
-            // issues only its client certificates).
-            settings.root_ca_pem = Some(ctx.rt.serving_ca_pem.clone());
             with_host_addresses(&mut settings, ctx, &name);
             with_host_backends(&mut settings, &ctx.rt, &tenant);
             let policy = tenant_policy(&ctx.rt, &tenant);
             let admission = Arc::new(SyncerAdmission::new(policy.clone()));
             let plugins = tenant_admission(&ctx.rt, admission.clone(), &tenant);
-            let cluster = Cluster::builder(store, ca_copy, settings)
+            let controllers = crate::cluster::Controllers {
+                pod_api_address: pod_api_address(ctx),
+                // Clients verify the tenant's server with the serving CA (the tenant's own CA
+                // issues only its client certificates).
+                root_ca_pem: Some(ctx.rt.serving_ca_pem.clone()),
+                ..Default::default()
+            };
+            let cluster = crate::cluster::builder(store, ca_copy, settings, controllers)
                 .admission(plugins)
                 .start()
                 .await?;

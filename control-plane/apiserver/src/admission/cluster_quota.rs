@@ -21,7 +21,6 @@ use serde_json::Value;
 use super::resource_quota::charge;
 use super::{Admission, Request, Verdict};
 use crate::error::ApiError;
-use crate::registry::ListParams;
 
 /// The plugin.
 pub struct ClusterQuota {
@@ -177,11 +176,7 @@ impl Admission for ClusterQuota {
             }
         }
         let write = self.lock.clone().write_owned().await;
-        let items = req
-            .registry
-            .list(req.def, None, &ListParams::default())
-            .await?
-            .items;
+        let items = req.objects.list(req.def, None).await?;
         let used = quota::used(
             &Value::Null,
             &hard,
@@ -192,14 +187,10 @@ impl Admission for ClusterQuota {
         // What the kinds sharing a resource use, counted exactly too.
         let mut others = Usage::new();
         for (name, [group, version, plural]) in &sharing {
-            let Some(def) = req.registry.resource(group, version, plural) else {
+            let Some(def) = req.objects.resource(group, version, plural) else {
                 continue;
             };
-            let items = req
-                .registry
-                .list(&def, None, &ListParams::default())
-                .await?
-                .items;
+            let items = req.objects.list(&def, None).await?;
             let theirs = quota::used(
                 &Value::Null,
                 &hard,
@@ -243,7 +234,7 @@ impl Admission for ClusterQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Part, Registry, WriteOptions};
+    use crate::registry::{ListParams, Part, Registry, WriteOptions};
     use crate::resources::{Catalog, ResourceDef};
     use fabrik_store::{SledBackend, SledConfig, Store};
     use serde_json::json;
@@ -263,15 +254,15 @@ mod tests {
         /// A registry over the shared keyspace (one per replica), with a tenant quota.
         async fn replica(&self, hard: &[(&str, &str)], exact: bool) -> Registry {
             let store: Arc<dyn Store> = Arc::new(self.backend.keyspace("t").expect("keyspace"));
-            let reg = Registry::new(store, Arc::new(Catalog::builtin()));
-            crate::cluster::bootstrap(&reg).await.expect("bootstrap");
             let hard: Usage = hard
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.parse().expect("quantity")))
                 .collect();
             let quota = Arc::new(ClusterQuota::new("tenant \"t\"", hard));
             quota.set_exact(exact);
-            reg.add_admission(quota);
+            let reg = Registry::new(store, Arc::new(Catalog::builtin()))
+                .with_admission([quota as Arc<dyn crate::admission::Admission>]);
+            crate::cluster::bootstrap(&reg).await.expect("bootstrap");
             reg
         }
     }

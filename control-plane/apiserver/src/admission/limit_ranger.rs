@@ -14,7 +14,6 @@ use serde_json::{json, Map, Value};
 
 use super::{Admission, Operation, Request, Verdict};
 use crate::error::ApiError;
-use crate::registry::ListParams;
 
 /// The plugin.
 #[derive(Default)]
@@ -65,17 +64,11 @@ fn quantities(v: &Value) -> Vec<(String, Quantity)> {
 }
 
 async fn limit_ranges(req: &Request<'_>) -> Result<Vec<Value>, ApiError> {
-    let (Some(ns), Some(def)) = (
-        req.namespace,
-        req.registry.resource("", "v1", "limitranges"),
-    ) else {
+    let (Some(ns), Some(def)) = (req.namespace, req.objects.resource("", "v1", "limitranges"))
+    else {
         return Ok(Vec::new());
     };
-    Ok(req
-        .registry
-        .list(&def, Some(ns), &ListParams::default())
-        .await?
-        .items)
+    req.objects.list(&def, Some(ns)).await
 }
 
 fn items<'a>(ranges: &'a [Value], ty: &'a str) -> impl Iterator<Item = &'a Value> + 'a {

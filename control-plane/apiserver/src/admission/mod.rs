@@ -20,6 +20,7 @@
 pub mod cluster_quota;
 pub mod limit_ranger;
 pub mod namespace_lifecycle;
+pub mod objects;
 pub mod pod_security;
 pub mod policy;
 
@@ -34,8 +35,9 @@ use serde_json::Value;
 
 use crate::auth::UserInfo;
 use crate::error::ApiError;
-use crate::registry::Registry;
 use crate::resources::ResourceDef;
+
+pub use objects::Objects;
 
 /// The operation being admitted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,8 +79,8 @@ pub struct Request<'a> {
     pub user: Option<&'a UserInfo>,
     /// `dryRun=All`.
     pub dry_run: bool,
-    /// The registry, for plugins that read other objects.
-    pub registry: &'a Registry,
+    /// The cluster's objects, for plugins that read others.
+    pub objects: &'a dyn Objects,
     /// `Warning` headers plugins add in their mutating phase (the validating phase returns
     /// its own in its [`Verdict`]).
     pub warnings: std::sync::Mutex<Vec<String>>,
@@ -186,40 +188,41 @@ pub trait Admission: Send + Sync {
     }
 }
 
-/// The plugins of a cluster, in order.
+/// The plugins of a cluster, in order. Assembled before the registry that runs it and never
+/// changed afterwards: no write can run with some plugins and not others.
 #[derive(Default)]
 pub struct Chain {
-    plugins: std::sync::RwLock<Vec<Arc<dyn Admission>>>,
+    plugins: Vec<Arc<dyn Admission>>,
 }
 
 impl Chain {
     /// The default chain of every cluster.
     pub fn standard() -> Chain {
-        let chain = Chain::default();
-        chain.push(Arc::new(namespace_lifecycle::NamespaceLifecycle));
-        chain.push(Arc::new(service_account::ServiceAccount));
-        chain.push(Arc::new(limit_ranger::LimitRanger::namespaced()));
-        chain.push(Arc::new(pod_security::PodSecurity));
-        chain.push(Arc::new(policy::ValidatingAdmissionPolicy));
-        chain.push(Arc::new(resource_quota::ResourceQuota::default()));
-        chain
+        Chain::default().with([
+            Arc::new(namespace_lifecycle::NamespaceLifecycle) as Arc<dyn Admission>,
+            Arc::new(service_account::ServiceAccount),
+            Arc::new(limit_ranger::LimitRanger::namespaced()),
+            Arc::new(pod_security::PodSecurity),
+            Arc::new(policy::ValidatingAdmissionPolicy),
+            Arc::new(resource_quota::ResourceQuota::default()),
+        ])
     }
 
-    /// Adds a plugin after every plugin of its [`Order`] and the orders before.
-    pub fn push(&self, plugin: Arc<dyn Admission>) {
-        if let Ok(mut p) = self.plugins.write() {
-            let at = p.partition_point(|q| q.order() <= plugin.order());
-            p.insert(at, plugin);
+    /// The chain with `plugins` added, each after every plugin of its [`Order`] and the orders
+    /// before.
+    pub fn with(mut self, plugins: impl IntoIterator<Item = Arc<dyn Admission>>) -> Chain {
+        for plugin in plugins {
+            let at = self
+                .plugins
+                .partition_point(|q| q.order() <= plugin.order());
+            self.plugins.insert(at, plugin);
         }
+        self
     }
 
     /// The plugins' names, in order.
     pub fn names(&self) -> Vec<&'static str> {
-        self.snapshot().iter().map(|p| p.name()).collect()
-    }
-
-    fn snapshot(&self) -> Vec<Arc<dyn Admission>> {
-        self.plugins.read().map(|p| p.clone()).unwrap_or_default()
+        self.plugins.iter().map(|p| p.name()).collect()
     }
 
     /// The mutating phase of every plugin.
@@ -229,7 +232,7 @@ impl Chain {
         obj: &mut Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        for p in self.snapshot() {
+        for p in &self.plugins {
             p.mutate(req, obj, old).await?;
         }
         Ok(())
@@ -246,7 +249,7 @@ impl Chain {
             warnings: req.take_warnings(),
             ..Admitted::default()
         };
-        for p in self.snapshot() {
+        for p in &self.plugins {
             let v = p.validate(req, obj, old).await?;
             out.warnings.extend(v.warnings);
             if let Some(h) = v.hold {
@@ -264,7 +267,7 @@ impl Chain {
         options: &Value,
     ) -> Result<Admitted, ApiError> {
         let mut out = Admitted::default();
-        for p in self.snapshot() {
+        for p in &self.plugins {
             let v = p.validate_connect(req, name, options).await?;
             out.warnings.extend(v.warnings);
         }
@@ -278,7 +281,7 @@ impl Chain {
         old: &Value,
     ) -> Result<Admitted, ApiError> {
         let mut out = Admitted::default();
-        for p in self.snapshot() {
+        for p in &self.plugins {
             let v = p.validate_delete(req, old).await?;
             out.warnings.extend(v.warnings);
             if let Some(h) = v.hold {

@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use super::{Admission, Operation, Request, Verdict};
 use crate::error::{ApiError, GroupResource};
-use crate::registry::object;
+use crate::object;
 
 /// The plugin.
 pub struct NamespaceLifecycle;
@@ -29,17 +29,21 @@ impl Admission for NamespaceLifecycle {
         if req.subresource.is_some() {
             return Ok(Verdict::ok());
         }
-        let key = format!("/core/namespaces/{ns}");
-        match req.registry.store().get(&key).await? {
-            None => Err(ApiError::NotFound {
+        let namespace = match req.objects.resource("", "v1", "namespaces") {
+            Some(def) => req.objects.get(&def, None, ns).await.map(Some),
+            None => Ok(None),
+        };
+        match namespace {
+            Ok(None) | Err(ApiError::NotFound { .. }) => Err(ApiError::NotFound {
                 resource: GroupResource::new("", "namespaces"),
                 name: ns.to_string(),
             }),
-            Some(kv) if object::is_deleting(&object::decode(&kv)?) => Err(ApiError::Forbidden(format!(
+            Err(e) => Err(e),
+            Ok(Some(namespace)) if object::is_deleting(&namespace) => Err(ApiError::Forbidden(format!(
                 "{} is forbidden: unable to create new content in namespace {ns} because it is being terminated",
                 req.def.group_resource()
             ))),
-            Some(_) => Ok(Verdict::ok()),
+            Ok(Some(_)) => Ok(Verdict::ok()),
         }
     }
 }

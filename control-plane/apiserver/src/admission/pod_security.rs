@@ -366,10 +366,10 @@ impl Admission for PodSecurity {
         if req.op == Operation::Update && old.and_then(|o| template_spec(req, o)) == Some(spec) {
             return Ok(Verdict::ok());
         }
-        let Some(ns_def) = req.registry.resource("", "v1", "namespaces") else {
+        let Some(ns_def) = req.objects.resource("", "v1", "namespaces") else {
             return Ok(Verdict::ok());
         };
-        let Ok(namespace) = req.registry.get(&ns_def, None, ns).await else {
+        let Ok(namespace) = req.objects.get(&ns_def, None, ns).await else {
             return Ok(Verdict::ok());
         };
         let labels = &namespace["metadata"]["labels"];

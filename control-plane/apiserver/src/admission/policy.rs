@@ -247,9 +247,9 @@ impl Admission for ValidatingAdmissionPolicy {
         old: Option<&Value>,
     ) -> Result<Verdict, ApiError> {
         let (Some(bdef), Some(pdef)) = (
-            req.registry
+            req.objects
                 .resource(GROUP, "v1", "validatingadmissionpolicybindings"),
-            req.registry
+            req.objects
                 .resource(GROUP, "v1", "validatingadmissionpolicies"),
         ) else {
             return Ok(Verdict::ok());
@@ -262,13 +262,13 @@ impl Admission for ValidatingAdmissionPolicy {
         if req.user.is_none() || req.def.group == GROUP {
             return Ok(Verdict::ok());
         }
-        let bindings = req.registry.admission_configs(&bdef.plural).await?;
+        let bindings = req.objects.admission_configs(&bdef.plural).await?;
         if bindings.is_empty() {
             return Ok(Verdict::ok());
         }
-        let policies = req.registry.admission_configs(&pdef.plural).await?;
-        let namespace = match (req.namespace, req.registry.resource("", "v1", "namespaces")) {
-            (Some(ns), Some(def)) => req.registry.get(&def, None, ns).await.ok(),
+        let policies = req.objects.admission_configs(&pdef.plural).await?;
+        let namespace = match (req.namespace, req.objects.resource("", "v1", "namespaces")) {
+            (Some(ns), Some(def)) => req.objects.get(&def, None, ns).await.ok(),
             _ => None,
         };
         let user = req

@@ -21,9 +21,10 @@ pub use fabrik_machinery::quota::Usage;
 use fabrik_machinery::quota::{self, describe, over};
 use serde_json::Value;
 
+use super::Objects;
 use super::{Admission, Operation, Request, Verdict};
 use crate::error::ApiError;
-use crate::registry::{object, ListParams, Registry};
+use crate::object;
 use crate::resources::ResourceDef;
 
 /// The plugin.
@@ -67,15 +68,14 @@ pub(crate) fn charge(req: &Request<'_>, obj: &Value, old: Option<&Value>) -> Usa
 /// The namespace's current usage of a quota by objects of `def`'s kind (an updated object
 /// as stored: the update charges its increase on top).
 async fn current_usage(
-    registry: &Registry,
+    objects: &dyn Objects,
     def: &ResourceDef,
     ns: &str,
     quota: &Value,
 ) -> Result<Usage, ApiError> {
-    let page = registry.list(def, Some(ns), &ListParams::default()).await?;
+    let items = objects.list(def, Some(ns)).await?;
     let hard = quota::hard_of(&quota["spec"]);
-    let items = page
-        .items
+    let items = items
         .iter()
         .map(|o| (def.group.as_str(), def.plural.as_str(), o));
     Ok(quota::used(&quota["spec"], &hard, items))
@@ -141,14 +141,13 @@ impl Admission for ResourceQuota {
         if requested.is_empty() {
             return Ok(Verdict::ok());
         }
-        let Some(quota_def) = req.registry.resource("", "v1", "resourcequotas") else {
+        let Some(quota_def) = req.objects.resource("", "v1", "resourcequotas") else {
             return Ok(Verdict::ok());
         };
         let quotas: Vec<Value> = req
-            .registry
-            .list(&quota_def, Some(ns), &ListParams::default())
+            .objects
+            .list(&quota_def, Some(ns))
             .await?
-            .items
             .into_iter()
             .filter(|q| !object::is_deleting(q))
             .filter(|q| quota::in_scopes(&q["spec"], &req.def.group, &req.def.plural, obj))
@@ -190,7 +189,7 @@ impl Admission for ResourceQuota {
         // Slow path: wait until no write is in flight, then count exactly.
         let write = lock.clone().write_owned().await;
         for (quota, (key, hard)) in quotas.iter().zip(&keys) {
-            let used = current_usage(req.registry, req.def, ns, quota).await?;
+            let used = current_usage(req.objects, req.def, ns, quota).await?;
             let exceeded = over(&used, &requested, hard);
             if let Ok(mut b) = self.bounds.lock() {
                 b.insert(key.clone(), used);
@@ -218,7 +217,7 @@ impl Admission for ResourceQuota {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{Part, WriteOptions};
+    use crate::registry::{Part, Registry, WriteOptions};
     use crate::resources::Catalog;
     use fabrik_store::{SledBackend, SledConfig, Store};
     use serde_json::json;

@@ -60,9 +60,9 @@ impl Admission for ServiceAccount {
         // The service account may opt out for all its pods.
         if let (Some(ns), Some(def)) = (
             req.namespace,
-            req.registry.resource("", "v1", "serviceaccounts"),
+            req.objects.resource("", "v1", "serviceaccounts"),
         ) {
-            if let Ok(obj) = req.registry.get(&def, Some(ns), &sa).await {
+            if let Ok(obj) = req.objects.get(&def, Some(ns), &sa).await {
                 if obj["automountServiceAccountToken"] == Value::Bool(false) {
                     return Ok(());
                 }
@@ -76,7 +76,7 @@ impl Admission for ServiceAccount {
         }) {
             return Ok(());
         }
-        let name = format!("kube-api-access-{}", crate::registry::random_suffix());
+        let name = format!("kube-api-access-{}", crate::object::random_suffix());
         let volume = json!({
             "name": name,
             "projected": {

@@ -20,7 +20,8 @@ use super::local::LocalApiServices;
 use super::{Aggregator, Backend, Registration, GROUP};
 use crate::controllers::Wakeups;
 use crate::error::ApiError;
-use crate::registry::{object, Part, Registry, WriteOptions};
+use crate::object;
+use crate::registry::{Part, Registry, WriteOptions};
 
 /// How often available backends are checked again.
 pub const RECHECK: Duration = Duration::from_secs(30);

@@ -32,7 +32,8 @@ use serde_json::{json, Value};
 
 use super::GROUP;
 use crate::error::ApiError;
-use crate::registry::{object, DeleteOptions, Part, Registry, WriteOptions};
+use crate::object;
+use crate::registry::{DeleteOptions, Part, Registry, WriteOptions};
 use crate::resources::{Catalog, ResourceDef};
 
 /// The label that marks an APIService as managed, with [`Manage`]'s values (upstream's).

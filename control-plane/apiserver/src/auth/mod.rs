@@ -332,7 +332,7 @@ async fn bound_objects_exist(
         if obj["metadata"]["uid"].as_str() != Some(uid.as_str()) {
             return Err(AuthError::Token(format!("{plural} {name:?} was recreated")));
         }
-        if crate::registry::object::is_deleting(&obj) {
+        if crate::object::is_deleting(&obj) {
             return Err(AuthError::Token(format!(
                 "{plural} {name:?} is being deleted"
             )));

@@ -11,7 +11,8 @@ use serde_json::{json, Value};
 
 use crate::crd::{self, CLEANUP_FINALIZER};
 use crate::error::{ApiError, Result};
-use crate::registry::{object, DeleteOptions, ListParams, Part, Registry, WriteOptions};
+use crate::object;
+use crate::registry::{DeleteOptions, ListParams, Part, Registry, WriteOptions};
 use crate::resources::ResourceDef;
 
 /// What is registered for one CRD.

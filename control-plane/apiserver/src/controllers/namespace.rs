@@ -9,7 +9,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::{ApiError, Result};
-use crate::registry::{object, DeleteOptions, ListParams, Part, Registry, WriteOptions};
+use crate::object;
+use crate::registry::{DeleteOptions, ListParams, Part, Registry, WriteOptions};
 
 /// The finalizer this controller owns.
 pub const FINALIZER: &str = "kubernetes";

@@ -35,7 +35,7 @@ impl ApiServer {
             return Err(ApiError::MethodNotAllowed);
         }
         let (selector, _) = query.selectors()?;
-        let now = crate::registry::object::now();
+        let now = crate::object::now();
         let unavailable =
             |e: String| ApiError::Unavailable(format!("resource metrics are not available: {e}"));
         let (items, kind): (Vec<Value>, &str) = match r.resource.as_str() {

@@ -15,7 +15,8 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 use super::{binding_subjects, Grant, Index, Rule};
-use crate::registry::{object, Registry};
+use crate::object;
+use crate::registry::Registry;
 
 /// Where the RBAC kinds live in the store.
 pub const PREFIX: &str = "/rbac.authorization.k8s.io/";

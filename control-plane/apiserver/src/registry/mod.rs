@@ -12,7 +12,6 @@
 mod apply;
 mod configs;
 mod continue_token;
-pub mod object;
 mod patch;
 mod subresources;
 mod watch;
@@ -23,13 +22,13 @@ use fabrik_machinery::fields::FieldSelector;
 use fabrik_machinery::labels::Selector;
 use fabrik_machinery::validation;
 use fabrik_store::{ListOptions, Store, StoreError};
-use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::admission::{
-    Admission, Admitted, Chain, Operation as AdmissionOp, Request as AdmissionRequest,
+    Admission, Admitted, Chain, Objects, Operation as AdmissionOp, Request as AdmissionRequest,
 };
 use crate::error::{ApiError, Result};
+use crate::object::{self, random_suffix};
 use crate::resources::{Catalog, ResourceDef, Subresource};
 use crate::strategy::{GracefulDelete, StrategyContext};
 
@@ -189,7 +188,7 @@ pub struct Registry {
     admission: Chain,
     service_ips: Option<Arc<dyn crate::service_ips::ServiceIps>>,
     /// Calls CRD conversion webhooks (set when the cluster is assembled).
-    converter: std::sync::RwLock<Option<Arc<crate::webhook::Caller>>>,
+    converter: Option<Arc<crate::webhook::Caller>>,
     /// The admission configuration objects admission reads on every write.
     configs: configs::Snapshots,
 }
@@ -214,14 +213,6 @@ impl Part {
             _ => Part::Main,
         }
     }
-}
-
-pub(crate) fn random_suffix() -> String {
-    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
-    let mut rng = rand::rng();
-    (0..5)
-        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
-        .collect()
 }
 
 /// Upstream `ValidateListOptions` (for a list, not a watch): `resourceVersionMatch` needs a
@@ -283,7 +274,7 @@ impl Registry {
             catalog,
             admission: Chain::standard(),
             service_ips: None,
-            converter: std::sync::RwLock::new(None),
+            converter: None,
             configs: configs::Snapshots::default(),
         }
     }
@@ -304,11 +295,10 @@ impl Registry {
         Ok(items)
     }
 
-    /// Converts custom resources with conversion webhooks through `caller`.
-    pub fn set_converter(&self, caller: Arc<crate::webhook::Caller>) {
-        if let Ok(mut c) = self.converter.write() {
-            *c = Some(caller);
-        }
+    /// The registry converting custom resources with conversion webhooks through `caller`.
+    pub fn with_converter(mut self, caller: Arc<crate::webhook::Caller>) -> Registry {
+        self.converter = Some(caller);
+        self
     }
 
     /// Converts `objects` to `def`'s version `desired` through the CRD's webhook (a kind
@@ -346,9 +336,7 @@ impl Registry {
         };
         let caller = self
             .converter
-            .read()
-            .ok()
-            .and_then(|c| c.clone())
+            .clone()
             .ok_or_else(|| ApiError::Internal("conversion webhooks are not set up".into()))?;
         // Boxed: the call reads the webhook's Service through this registry.
         let mut out = Box::pin(crate::webhook::conversion::convert(
@@ -412,9 +400,19 @@ impl Registry {
         self
     }
 
-    /// Adds an admission plugin at the end of the chain.
-    pub fn add_admission(&self, plugin: Arc<dyn Admission>) {
-        self.admission.push(plugin);
+    /// The registry with `plugins` added to its admission chain (each after the plugins of its
+    /// [`crate::admission::Order`]). The chain is complete before the registry is shared.
+    pub fn with_admission(
+        mut self,
+        plugins: impl IntoIterator<Item = Arc<dyn Admission>>,
+    ) -> Registry {
+        self.admission = std::mem::take(&mut self.admission).with(plugins);
+        self
+    }
+
+    /// The names of the admission plugins, in the order they run.
+    pub fn admission_names(&self) -> Vec<&'static str> {
+        self.admission.names()
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -437,7 +435,7 @@ impl Registry {
             namespace: ns.filter(|_| def.namespaced),
             user: opts.user.as_deref(),
             dry_run: opts.dry_run,
-            registry: self,
+            objects: self,
             warnings: Default::default(),
         }
     }
@@ -1170,7 +1168,7 @@ impl Registry {
                     namespace: ns.filter(|_| def.namespaced),
                     user: opts.user.as_deref(),
                     dry_run: opts.dry_run,
-                    registry: self,
+                    objects: self,
                     warnings: Default::default(),
                 };
                 self.admission.validate_delete(&areq, &old).await?;
@@ -1265,7 +1263,7 @@ impl Registry {
             namespace: ns.filter(|_| def.namespaced),
             user,
             dry_run: false,
-            registry: self,
+            objects: self,
             warnings: Default::default(),
         };
         Ok(self
@@ -1313,6 +1311,36 @@ impl Registry {
     /// Looks up the resource that serves `kind` in `group` (for controllers).
     pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
         self.catalog.get(group, version, plural)
+    }
+}
+
+#[async_trait::async_trait]
+impl Objects for Registry {
+    fn catalog(&self) -> &Arc<Catalog> {
+        &self.catalog
+    }
+
+    async fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str) -> Result<Value> {
+        Registry::get(self, def, ns, name).await
+    }
+
+    async fn list(&self, def: &ResourceDef, ns: Option<&str>) -> Result<Vec<Value>> {
+        Ok(Registry::list(self, def, ns, &ListParams::default())
+            .await?
+            .items)
+    }
+
+    async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>> {
+        Registry::admission_configs(self, plural).await
+    }
+
+    async fn convert(
+        &self,
+        def: &ResourceDef,
+        objects: Vec<Value>,
+        desired: &str,
+    ) -> Result<Vec<Value>> {
+        Registry::convert(self, def, objects, desired).await
     }
 }
 

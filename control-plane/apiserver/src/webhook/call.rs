@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 
 use super::backends::{Backend, Backends};
 use super::targets::Targets;
-use crate::registry::Registry;
+use crate::admission::Objects;
 
 /// Calls one cluster may have in flight at once.
 pub const CALLS_IN_FLIGHT: usize = 32;
@@ -188,7 +188,7 @@ impl Caller {
     /// [`Answer::Simulated`] when nothing listens.
     async fn resolve(
         &self,
-        registry: &Registry,
+        registry: &dyn Objects,
         cc: &Value,
         timeout: Duration,
     ) -> Result<Result<(reqwest::Url, reqwest::Client), Answer>, CallError> {
@@ -242,7 +242,7 @@ impl Caller {
     /// Where calls to a Service of the cluster go (resolved by the cluster's [`Backends`]).
     pub async fn service(
         &self,
-        registry: &Registry,
+        registry: &dyn Objects,
         svc: &ServiceRef<'_>,
     ) -> Result<ServiceTarget, CallError> {
         let (ns, name) = (svc.namespace, svc.name);
@@ -286,7 +286,7 @@ impl Caller {
     /// POSTs `body` to the webhook of `client_config` and returns its answer.
     pub async fn post(
         &self,
-        registry: &Registry,
+        registry: &dyn Objects,
         client_config: &Value,
         body: &Value,
         timeout: Duration,

@@ -15,8 +15,8 @@ use std::time::Duration;
 use serde_json::{json, Value};
 
 use super::call::{Answer, Caller};
+use crate::admission::Objects;
 use crate::error::ApiError;
-use crate::registry::Registry;
 use crate::resources::ResourceDef;
 
 /// How long one conversion may take (upstream's conversion webhook timeout).
@@ -37,7 +37,7 @@ fn failed(def: &ResourceDef, why: impl std::fmt::Display) -> ApiError {
 /// at `desired` are not sent.
 pub async fn convert(
     caller: &Caller,
-    registry: &Registry,
+    registry: &dyn Objects,
     def: &ResourceDef,
     webhook: &Value,
     mut objects: Vec<Value>,

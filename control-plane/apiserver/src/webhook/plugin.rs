@@ -109,7 +109,7 @@ impl Webhooks {
     }
 
     async fn hooks(&self, req: &Request<'_>, plural: &str) -> Result<Vec<Hook>, ApiError> {
-        let configs = req.registry.admission_configs(plural).await?;
+        let configs = req.objects.admission_configs(plural).await?;
         let mut configs: Vec<&Value> = configs.iter().collect();
         configs.sort_by(|a, b| {
             a["metadata"]["name"]
@@ -135,8 +135,8 @@ impl Webhooks {
 
     /// The request's namespace object (for `namespaceSelector`), read once per request.
     async fn namespace_of(req: &Request<'_>) -> Option<Value> {
-        match (req.namespace, req.registry.resource("", "v1", "namespaces")) {
-            (Some(ns), Some(def)) => req.registry.get(&def, None, ns).await.ok(),
+        match (req.namespace, req.objects.resource("", "v1", "namespaces")) {
+            (Some(ns), Some(def)) => req.objects.get(&def, None, ns).await.ok(),
             _ => None,
         }
     }
@@ -169,14 +169,14 @@ impl Webhooks {
             .iter()
             .any(|r| rule_matches(r, &here))
             .then(|| {
-                req.registry
+                req.objects
                     .resource(&req.def.group, &req.def.version, &req.def.plural)
             })
             .flatten()
             .map(|def| Matched { def });
         if matched.is_none() && hook.spec["matchPolicy"].as_str() != Some("Exact") {
             matched = req
-                .registry
+                .objects
                 .catalog()
                 .all()
                 .into_iter()
@@ -312,7 +312,7 @@ impl Webhooks {
         let answer = self
             .caller
             .post(
-                s.req.registry,
+                s.req.objects,
                 &hook.spec["clientConfig"],
                 &review,
                 hook.timeout(),
@@ -639,7 +639,7 @@ async fn at_version(req: &Request<'_>, obj: &Value, def: &ResourceDef) -> Result
     if !obj.is_object() || obj["apiVersion"].as_str() == Some(def.api_version().as_str()) {
         return Ok(obj.clone());
     }
-    req.registry
+    req.objects
         .convert(def, vec![obj.clone()], &def.api_version())
         .await?
         .pop()

@@ -5,6 +5,7 @@
 
 use bytes::Bytes;
 use fabrik_store::KeyValue;
+use rand::Rng;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
@@ -159,6 +160,15 @@ pub fn same_ignoring_rv(a: &Value, b: &Value) -> bool {
         v
     };
     strip(a) == strip(b)
+}
+
+/// Five characters of upstream's `generateName` alphabet (no vowels, no look-alikes).
+pub(crate) fn random_suffix() -> String {
+    const ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut rng = rand::rng();
+    (0..5)
+        .map(|_| ALPHABET[rng.random_range(0..ALPHABET.len())] as char)
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,0 +1,43 @@
+//! What admission may read: the narrow, read-only view of a cluster's objects that plugins
+//! (and the webhook caller, resolving a Service) get with every request. The registry
+//! implements it; admission knows nothing else of the registry, so the two do not import each
+//! other (the registry calls admission, admission reads through this trait).
+
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::ApiError;
+use crate::resources::{Catalog, ResourceDef};
+
+/// A read-only view of the cluster's objects.
+#[async_trait::async_trait]
+pub trait Objects: Send + Sync {
+    /// The served resources.
+    fn catalog(&self) -> &Arc<Catalog>;
+
+    /// The served resource `group/version/plural`, if any.
+    fn resource(&self, group: &str, version: &str, plural: &str) -> Option<Arc<ResourceDef>> {
+        self.catalog().get(group, version, plural)
+    }
+
+    /// One object (`NotFound` when absent).
+    async fn get(&self, def: &ResourceDef, ns: Option<&str>, name: &str)
+        -> Result<Value, ApiError>;
+
+    /// Every object of `def` (in `ns`, or in all namespaces).
+    async fn list(&self, def: &ResourceDef, ns: Option<&str>) -> Result<Vec<Value>, ApiError>;
+
+    /// The objects of an admission configuration kind (`admissionregistration.k8s.io/v1`
+    /// `plural`), current with every write; none when the kind is not served.
+    async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>, ApiError>;
+
+    /// `objects` converted to `def`'s version `desired`, as the registry converts them (the
+    /// CRD's conversion webhook, or the same fields under the other `apiVersion`).
+    async fn convert(
+        &self,
+        def: &ResourceDef,
+        objects: Vec<Value>,
+        desired: &str,
+    ) -> Result<Vec<Value>, ApiError>;
+}
