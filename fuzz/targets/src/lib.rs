@@ -97,14 +97,18 @@ fn served() -> &'static Served {
             .expect("a sled store");
             let store: Arc<dyn fabrik_store::Store> =
                 Arc::new(backend.keyspace(TENANT).expect("a keyspace"));
-            let registry = Arc::new(fabrik_apiserver::registry::Registry::new(
+            let settings = Settings::default();
+            let authz = fabrik_apiserver::rbac::Authorizer::default();
+            let registry = Arc::new(fabrik_apiserver::cluster::registry(
                 store,
-                Arc::new(fabrik_apiserver::resources::Catalog::builtin()),
+                &settings,
+                &authz,
+                [],
             ));
             fabrik_apiserver::cluster::bootstrap(&registry)
                 .await
                 .expect("bootstrap");
-            ApiServer::new(registry, Settings::default(), stop_rx).expect("an API server")
+            ApiServer::new(registry, authz, settings, stop_rx).expect("an API server")
         });
         let router = Router::tenants_only();
         router.add_tenant(TENANT, server.clone(), "");
