@@ -102,6 +102,11 @@ pub const ANNOTATION_QUEUE_ADMITTED: &str = "fabrik.dev/queue-admitted";
 /// `creationTimestamp`.
 pub const ANNOTATION_QUEUE_ARRIVAL: &str = "fabrik.dev/queue-arrival";
 
+/// Host pod annotation the syncer writes on gated pods: the tenant pod's `spec.priority` (from
+/// the tenant's own PriorityClasses, which never reach the host). It orders the pod among its
+/// own tenant's pods in the GPU queue, never among other tenants'.
+pub const ANNOTATION_QUEUE_PRIORITY: &str = "fabrik.dev/queue-priority";
+
 /// The `source.component` of the GPU queue's Events on the host.
 pub const QUEUE_EVENT_SOURCE: &str = "fabrik-gpu-queue";
 

@@ -489,3 +489,68 @@ fn turning_the_queue_off_releases_the_pods_it_held() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+/// The tenant's own PriorityClasses (resolved by its API server, never sent to the host) order
+/// its pods in the GPU queue: pods of a higher class go first when GPUs free up, even though
+/// others of the tenant waited longer.
+#[test]
+fn a_tenant_s_priority_classes_order_its_own_queue() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let t = f.create_tenant("prio", &["--gpus", "16"])?;
+        kc_apply_ok(
+            &k,
+            &t,
+            "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: urgent}\nvalue: 1000\n",
+        )?;
+        kc_apply_ok(&k, &t, &gpu_deployment("filler", 8))?;
+        poll_until("the filler on all 8 GPUs", WAIT, || {
+            Ok(pods_of(&k, &t, "filler")?.0 == 8)
+        })?;
+        kc_apply_ok(&k, &t, &gpu_deployment("low", 2))?;
+        poll_until("the low pods queued", WAIT, || {
+            Ok(pods_of(&k, &t, "low")?.1 == 2)
+        })?;
+        let high = gpu_deployment("high", 2).replace(
+            "      containers:\n",
+            "      priorityClassName: urgent\n      containers:\n",
+        );
+        kc_apply_ok(&k, &t, &high)?;
+        poll_until("the high pods queued", WAIT, || {
+            Ok(pods_of(&k, &t, "high")?.1 == 2)
+        })?;
+        let priorities = kc_ok(
+            &k,
+            &t,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=high",
+                "-o",
+                "jsonpath={.items[*].spec.priority}",
+            ],
+        )?;
+        if priorities.split_whitespace().collect::<Vec<_>>() != ["1000", "1000"] {
+            bail!("the tenant's class was not resolved: priorities {priorities:?}");
+        }
+        // Two GPUs free up: the urgent pods take them, the older low ones keep waiting.
+        kc_ok(
+            &k,
+            &t,
+            &["scale", "deployment", "filler", "--replicas", "6"],
+        )?;
+        poll_until("the high pods bound", WAIT, || {
+            Ok(pods_of(&k, &t, "high")?.0 == 2)
+        })?;
+        let low = pods_of(&k, &t, "low")?;
+        if low.0 != 0 {
+            bail!("a low pod was admitted before the urgent ones: {low:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

@@ -377,15 +377,9 @@ fn check_spec(spec: &Value, policy: &Policy, errs: &mut Vec<String>) {
         }
     }
     // Tolerations are the tenant's own (its Nodes carry no taints): they are admitted and stay
-    // in the tenant; the host pod tolerates only the tenant's node pool (see `pods`).
-    if let Some(pc) = spec["priorityClassName"].as_str().filter(|s| !s.is_empty()) {
-        if !policy.allowed_priority_classes.iter().any(|a| a == pc) {
-            errs.push(forbidden(
-                "spec.priorityClassName",
-                &format!("priority class {pc:?} is not allowed for this tenant"),
-            ));
-        }
-    }
+    // in the tenant; the host pod tolerates only the tenant's node pool (see `pods`). So are
+    // priority classes: the tenant's API server resolves them from its own PriorityClasses;
+    // only those the policy allows reach the host pod.
     if !policy.allow_privileged {
         check_seccomp(&spec["securityContext"], "spec.securityContext", errs);
     }
@@ -527,6 +521,13 @@ mod tests {
         );
         set(&mut p, "/spec/priorityClassName", json!("tenant-high"));
         assert_eq!(check_pod(&p, &pool_policy()), Ok(()));
+        // The tenant's own classes (its API server resolves them; they stay in the tenant).
+        set(
+            &mut p,
+            "/spec/priorityClassName",
+            json!("system-node-critical"),
+        );
+        assert_eq!(check_pod(&p, &Policy::default()), Ok(()));
         // What DaemonSet charts carry: admitted, kept in the tenant, never on the host pod.
         set(
             &mut p,
@@ -567,8 +568,6 @@ mod tests {
             ("/spec/volumes", json!([{"name": "root", "hostPath": {"path": "/"}}]),
                 "spec.volumes[0].hostPath: Forbidden: hostPath volumes are not allowed"),
             ("/spec/nodeName", json!("gpu-node-7"), "spec.nodeName: Forbidden"),
-            ("/spec/priorityClassName", json!("system-node-critical"),
-                "spec.priorityClassName: Forbidden: priority class \"system-node-critical\" is not allowed"),
             ("/metadata/labels/fabrik.dev~1tenant", json!("b"),
                 "metadata.labels[fabrik.dev/tenant]: Forbidden: keys under fabrik.dev/ are reserved"),
             ("/metadata/annotations", json!({"fabrik.dev/virtual-uid": "x"}),

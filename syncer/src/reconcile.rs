@@ -905,6 +905,11 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                         .unwrap_or(0);
                     want["metadata"]["annotations"][fabrik_api::ANNOTATION_QUEUE_ARRIVAL] =
                         json!(now.to_string());
+                    // Its place among its tenant's pods: the priority its tenant resolved.
+                    if let Some(p) = tpod["spec"]["priority"].as_i64().filter(|p| *p != 0) {
+                        want["metadata"]["annotations"][fabrik_api::ANNOTATION_QUEUE_PRIORITY] =
+                            json!(p.to_string());
+                    }
                 }
                 want
             }

@@ -66,7 +66,7 @@ pub struct Cluster {
     tasks: Vec<JoinHandle<()>>,
 }
 
-/// Creates the system namespaces when missing.
+/// Creates the system namespaces and the built-in PriorityClasses when missing.
 pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
     let Some(def) = registry.catalog().get("", "v1", "namespaces") else {
         return Ok(());
@@ -79,6 +79,17 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
         {
             Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
             Err(e) => return Err(e),
+        }
+    }
+    if let Some(def) = registry.catalog().get("scheduling.k8s.io", "v1", "priorityclasses") {
+        for class in crate::admission::priority::system_classes() {
+            match registry
+                .create(&def, None, class, &WriteOptions::default())
+                .await
+            {
+                Ok(_) | Err(ApiError::AlreadyExists { .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(())
@@ -392,6 +403,7 @@ mod tests {
             [
                 "NamespaceLifecycle",
                 "ServiceAccount",
+                "Priority",
                 "LimitRanger",
                 "PodSecurity",
                 "ValidatingAdmissionPolicy",

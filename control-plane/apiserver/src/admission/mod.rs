@@ -6,7 +6,8 @@
 //! concurrent creates never over-admit).
 //!
 //! Plugins, one module each, in upstream's order: [`namespace_lifecycle`], [`service_account`],
-//! [`limit_ranger`], [`pod_security`], [`policy`] (ValidatingAdmissionPolicy with CEL), the
+//! [`priority`], [`limit_ranger`], [`pod_security`], [`policy`] (ValidatingAdmissionPolicy with
+//! CEL), the
 //! admission webhooks ([`crate::webhook`]), [`resource_quota`] last, and RBAC's escalation
 //! check ([`crate::rbac::escalation`]). The tenant manager adds the syncer's pod policy and the
 //! tenant quota. Where a plugin goes is its [`Order`]: built-in plugins first (in the order
@@ -23,6 +24,7 @@ pub mod namespace_lifecycle;
 pub mod objects;
 pub mod pod_security;
 pub mod policy;
+pub mod priority;
 
 pub mod resource_quota;
 pub mod rules;
@@ -201,6 +203,7 @@ impl Chain {
         Chain::default().with([
             Arc::new(namespace_lifecycle::NamespaceLifecycle) as Arc<dyn Admission>,
             Arc::new(service_account::ServiceAccount),
+            Arc::new(priority::Priority),
             Arc::new(limit_ranger::LimitRanger::namespaced()),
             Arc::new(pod_security::PodSecurity),
             Arc::new(policy::ValidatingAdmissionPolicy),
