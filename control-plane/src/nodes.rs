@@ -35,7 +35,7 @@ pub struct NodesArgs {
     gpus_per_node: u32,
     /// GPU model of the simulated nodes: h200, h100 or a100.
     #[arg(long, value_name = "MODEL", default_value = "h200", value_parser = parse_model)]
-    gpu_model: node_agent::sim::Model,
+    gpu_model: fabrik_sim::Model,
     /// Where the nodes' files live (simulation files, agent state, `sim-inject.yaml` for
     /// faults); created if missing.
     #[arg(long, value_name = "DIR")]
@@ -70,8 +70,8 @@ pub(crate) fn parse_pod_network(s: &str) -> Result<[u8; 2], String> {
     }
 }
 
-fn parse_model(s: &str) -> Result<node_agent::sim::Model, String> {
-    use node_agent::sim::Model;
+fn parse_model(s: &str) -> Result<fabrik_sim::Model, String> {
+    use fabrik_sim::Model;
     match s.to_ascii_lowercase().as_str() {
         "h200" => Ok(Model::H200),
         "h100" => Ok(Model::H100),
@@ -109,7 +109,7 @@ pub async fn run(args: NodesArgs) -> Result<()> {
         )
     })?;
 
-    let mut config = node_agent::sim::Config::new(
+    let mut config = fabrik_sim::Config::new(
         args.nodes,
         args.gpus_per_node,
         args.gpu_model,
@@ -120,7 +120,7 @@ pub async fn run(args: NodesArgs) -> Result<()> {
     config.dra_driver = args.dra_driver.clone();
     config.usage_publish_interval = Duration::from_secs(args.usage_publish_interval);
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let nodes = node_agent::sim::start(client.clone(), config, async move {
+    let nodes = fabrik_sim::start(client.clone(), config, async move {
         let _ = stop_rx.await;
     })
     .context("cannot start the simulated GPU nodes")?;

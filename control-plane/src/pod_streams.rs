@@ -2,7 +2,7 @@
 //!
 //! - [`SimulatedNodes`] for the host of `fabrik up`: the log the kubelet stand-in of a
 //!   simulated node recorded, and `exec` of the few commands a simulated container answers
-//!   ([`node_agent::kubelet::exec`]); `attach` and `port-forward` are refused with the reason
+//!   ([`fabrik_sim::kubelet::exec`]); `attach` and `port-forward` are refused with the reason
 //!   (no process runs, nothing listens);
 //! - [`HostPods`] for a tenant's API server: the tenant pod's host pod — its log read from the
 //!   host API, its streams proxied to the host's `pods/exec|attach|portforward` (on a real host
@@ -13,14 +13,14 @@ use fabrik_apiserver::pod_streams::{
     self as streams, BoxedIo, PendingSession, PodStreams, StreamAnswer, StreamRequest,
 };
 use fabrik_apiserver::ApiError;
+use fabrik_sim::kubelet::exec::{self, ExecOptions, SimContainer};
+use fabrik_sim::kubelet::logs::LogStore;
 use futures::stream::BoxStream;
 use futures::{AsyncBufReadExt, StreamExt};
 use http::{header, HeaderMap, HeaderValue, StatusCode};
 use http_body_util::BodyExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, LogParams};
-use node_agent::kubelet::exec::{self, ExecOptions, SimContainer};
-use node_agent::kubelet::logs::LogStore;
 use serde_json::Value;
 
 fn name_of(pod: &Value) -> (&str, &str) {

@@ -122,12 +122,12 @@ enum GpuModel {
     A100,
 }
 
-impl From<GpuModel> for node_agent::sim::Model {
+impl From<GpuModel> for fabrik_sim::Model {
     fn from(m: GpuModel) -> Self {
         match m {
-            GpuModel::H200 => node_agent::sim::Model::H200,
-            GpuModel::H100 => node_agent::sim::Model::H100,
-            GpuModel::A100 => node_agent::sim::Model::A100,
+            GpuModel::H200 => fabrik_sim::Model::H200,
+            GpuModel::H100 => fabrik_sim::Model::H100,
+            GpuModel::A100 => fabrik_sim::Model::A100,
         }
     }
 }
@@ -314,7 +314,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
             std::fs::write(&marker, b"")
                 .with_context(|| format!("cannot write {}", marker.display()))?;
         }
-        let mut prices = node_agent::metering::opencost::Prices::default();
+        let mut prices = fabrik_gpu::metering::opencost::Prices::default();
         for (model, price) in &args.gpu_hour_prices {
             if model == "*" {
                 prices.default_per_gpu_hour = *price;
@@ -409,7 +409,7 @@ fn start_nodes(
     cluster: &Cluster,
     dir: &Path,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<Option<node_agent::sim::SimNodes>> {
+) -> Result<Option<fabrik_sim::SimNodes>> {
     if args.nodes == 0 {
         return Ok(None);
     }
@@ -417,7 +417,7 @@ fn start_nodes(
         cluster.server.clone(),
         fabrik_apiserver::client::controller_identity("node-sim"),
     );
-    let mut config = node_agent::sim::Config::new(
+    let mut config = fabrik_sim::Config::new(
         args.nodes,
         args.gpus_per_node,
         args.gpu_model.into(),
@@ -425,7 +425,7 @@ fn start_nodes(
     );
     config.usage_publish_interval = args.usage_publish_interval;
     config.pod_network = args.pod_network;
-    let nodes = node_agent::sim::start(client, config, shutdown)
+    let nodes = fabrik_sim::start(client, config, shutdown)
         .context("cannot start the simulated GPU nodes")?;
     eprintln!(
         "fabrik: {} simulated GPU nodes ({} × {:?} each) and the GPU scheduler started",

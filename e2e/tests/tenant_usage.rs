@@ -215,7 +215,7 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
                     .and_then(|v| v.parse::<k8s_openapi::jiff::Timestamp>().ok())
             };
             match (
-                // node_agent::metering::ANNOTATION_STARTED_AT and ANNOTATION_FINISHED_AT.
+                // fabrik_gpu::metering::ANNOTATION_STARTED_AT and ANNOTATION_FINISHED_AT.
                 at("fabrik.dev/containers-started-at"),
                 at("fabrik.dev/containers-finished-at"),
             ) {

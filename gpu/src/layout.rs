@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::backend::GpuInfo;
+use crate::device::GpuInfo;
 use crate::profiles::{self, Placement};
 
 /// Errors of this module.

@@ -1,5 +1,5 @@
-//! One decision of the control plane's GPU queue, pure (beside [`super::plan`], the scheduler's
-//! placement, whose fit it uses): given the tenants' guarantees and limits, what every
+//! One decision of the control plane's GPU queue, pure (beside [`crate::placement::plan`], the
+//! scheduler's placement, whose fit it uses): given the tenants' guarantees and limits, what every
 //! tenant holds, the workloads waiting and the nodes as they are, which workloads are admitted
 //! (and where), which borrowed workloads are preempted so that tenants get their fair share
 //! back, and what every waiting pod is told.
@@ -10,8 +10,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::fit;
-use super::model::{NodeView, PodRequest};
+use crate::placement::fit;
+use crate::placement::model::{NodeView, PodRequest};
 
 /// Requests or holdings per host GPU resource.
 pub type Gpus = BTreeMap<String, i64>;
@@ -956,7 +956,7 @@ pub const HOSTNAME: &str = "kubernetes.io/hostname";
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::model::GpuDevice;
+    use crate::placement::model::GpuDevice;
 
     fn node(name: &str, gpus: i64) -> NodeView {
         NodeView {

@@ -10,11 +10,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use fabrik_gpu::layout::GpuTarget;
 use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, DeviceCapacity};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::backend::GpuInfo;
-use crate::layout::GpuTarget;
 
 /// Resource-name prefixes the agent owns on a Node (anything under them it did not compute is
 /// stale and removed).
@@ -131,9 +131,9 @@ fn memory(mib: u64) -> BTreeMap<String, DeviceCapacity> {
 }
 
 /// The one MIG profile of a node under NVIDIA's single strategy (layout mode
-/// [`crate::layout::MODE_MIG_SINGLE`]): there its `nvidia.com/gpu` are MIG devices of it.
+/// [`fabrik_gpu::layout::MODE_MIG_SINGLE`]): there its `nvidia.com/gpu` are MIG devices of it.
 pub fn single_mig_profile(gpus: &[GpuInfo], mode: &str) -> Option<String> {
-    if mode != crate::layout::MODE_MIG_SINGLE {
+    if mode != fabrik_gpu::layout::MODE_MIG_SINGLE {
         return None;
     }
     gpus.iter()
@@ -375,11 +375,11 @@ pub fn uuids_by_gpu(gpus: &[GpuInfo]) -> BTreeMap<String, u32> {
 mod tests {
     use super::*;
     use crate::backend::MigInstance;
-    use crate::layout::SharedSlice;
-    use crate::profiles::Placement;
+    use fabrik_gpu::layout::SharedSlice;
+    use fabrik_gpu::profiles::Placement;
 
     fn gpus() -> Vec<GpuInfo> {
-        let mut g = crate::layout::tests::gpus("H200-141GB", 4);
+        let mut g = crate::backend::tests::gpus("H200-141GB", 4);
         g[0].nvlink_peers = vec![1];
         g[1].nvlink_peers = vec![0];
         g[2].numa_node = Some(1);
@@ -458,7 +458,7 @@ mod tests {
             &gpus(),
             &BTreeMap::new(),
             &BTreeMap::new(),
-            crate::layout::MODE_MIG_SINGLE,
+            fabrik_gpu::layout::MODE_MIG_SINGLE,
         );
         let mixed = compute(&gpus(), &BTreeMap::new(), &BTreeMap::new(), "mig");
         let migs = mixed.capacity["nvidia.com/mig-3g.71gb"];

@@ -15,11 +15,11 @@
 
 use std::collections::BTreeMap;
 
+use fabrik_gpu::layout::{self, GpuTarget, PlannedMig};
+use fabrik_gpu::profiles::Placement;
 use thiserror::Error;
 
 use crate::backend::{self, GpuBackend, GpuInfo};
-use crate::layout::{self, GpuTarget, PlannedMig};
-use crate::profiles::Placement;
 use crate::state::{self, AgentState, Phase};
 
 /// Failed attempts at one desired layout before the agent stops retrying it.
@@ -391,7 +391,7 @@ mod tests {
 
     #[test]
     fn plan_keeps_instances_in_place() {
-        let mut gpu = crate::layout::tests::gpus("H200-141GB", 1).remove(0);
+        let mut gpu = crate::backend::tests::gpus("H200-141GB", 1).remove(0);
         gpu.mig_enabled = true;
         gpu.mig.push(crate::backend::MigInstance {
             uuid: "MIG-a".into(),

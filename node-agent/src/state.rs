@@ -7,10 +7,9 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use fabrik_gpu::layout::{GpuTarget, Target};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
-
-use crate::layout::{GpuTarget, Target};
 
 /// Errors of this module.
 #[derive(Debug, Error)]

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo build --release -p control-plane --bin fabrik
-//! FABRIK_BIN=target/release/fabrik cargo run --release -p node-agent --example sim_burst -- 2 8
+//! FABRIK_BIN=target/release/fabrik cargo run --release -p fabrik-sim --example sim_burst -- 2 8
 //! ```
 //!
 //! Starts `fabrik up --nodes N --gpus-per-node G`, waits for the nodes, then creates at once

@@ -1,13 +1,14 @@
 //! Simulated GPU nodes for `fabrik up` and `fabrik nodes`: for each node, the agent's
-//! reconcilers over the simulated backend ([`crate::agent`]) and a kubelet stand-in
+//! reconcilers over the simulated backend ([`node_agent::agent`]) and a kubelet stand-in
 //! ([`crate::kubelet`]); unless [`Config::scheduler`] is off (a host with its own
 //! kube-scheduler), one GPU-aware scheduler ([`crate::scheduler`]) for the whole host; and one
-//! publisher of the nodes' GPU-second counters ([`crate::metering::publish`]). All run as tasks of
-//! the calling process over the `kube::Client` it passes (in `fabrik up`, the in-process
-//! client; in `fabrik nodes`, a client for any host), until its shutdown future completes.
+//! publisher of the nodes' GPU-second counters ([`node_agent::metering::publish`]). All run as
+//! tasks of the calling process over the `kube::Client` it passes (in `fabrik up`, the
+//! in-process client; in `fabrik nodes`, a client for any host), until its shutdown future
+//! completes.
 //!
 //! Each node's agent builds tenant segments with the simulated network backend
-//! ([`crate::network::SimNetwork`], VTEP `10.0.0.<10+i>` like the node's InternalIP): the
+//! ([`node_agent::network::SimNetwork`], VTEP `10.0.0.<10+i>` like the node's InternalIP): the
 //! segments of the tenants with pods on the node show in its `fabrik.dev/tenant-segments`
 //! annotation and `TenantNetworks` condition, and in [`SimNodes::networks`].
 //!
@@ -25,13 +26,15 @@ use thiserror::Error;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use crate::agent::{self, Agent};
-use crate::backend::simulated::{self, Simulated};
+use fabrik_gpu::metering::Meter;
+use node_agent::agent::{self, Agent};
+use node_agent::backend::simulated::{self, Simulated};
+use node_agent::metering::publish;
+use node_agent::network::SimNetwork;
+
 use crate::kubelet::logs::LogStore;
 use crate::kubelet::node::NodeShape;
 use crate::kubelet::{self, Kubelet};
-use crate::metering::{publish, Meter};
-use crate::network::SimNetwork;
 use crate::scheduler;
 
 /// Errors starting the simulated nodes.

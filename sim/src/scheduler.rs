@@ -1,8 +1,9 @@
 //! The GPU-aware scheduler of `fabrik up`'s embedded host, where no kube-scheduler runs.
 //!
 //! Each round (every `interval`, while pods are pending) it reads Nodes, the agents'
-//! ResourceSlices and all pods, plans placements ([`plan`], [`fit`] over [`model`]) and binds
-//! through `pods/binding`, after writing the chosen devices onto the pod:
+//! ResourceSlices and all pods, plans placements ([`plan`], [`fit`] over [`model`]: the pure
+//! placement of [`fabrik_gpu::placement`]) and binds through `pods/binding`, after writing the
+//! chosen devices onto the pod:
 //! `fabrik.dev/gpu-ids` (DRA device names) and `fabrik.dev/gpu-devices` (their UUIDs, which the
 //! node agent reads to know which GPUs are busy). A pod that cannot be placed gets
 //! `PodScheduled=False`, reason `Unschedulable`, with why. It takes pods whose `schedulerName`
@@ -18,24 +19,17 @@
 //! Caveats: it polls rather than watches; pods bound by someone else without
 //! `fabrik.dev/gpu-ids` use node resources but no particular device.
 
-pub mod affinity;
-pub mod claims;
-pub mod fit;
-pub mod model;
-pub mod plan;
-pub mod queue;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fabrik_gpu::placement::plan::Outcome;
+use fabrik_gpu::placement::{claims, fit, model, plan};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use kube::{Api, Client};
 use serde_json::json;
 use thiserror::Error;
-
-use self::plan::Outcome;
 
 /// Errors of a scheduling round.
 #[derive(Debug, Error)]

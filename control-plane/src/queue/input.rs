@@ -5,14 +5,12 @@
 use std::collections::BTreeMap;
 
 use fabrik_api::tenant::Tenant;
+use fabrik_gpu::placement::fit;
+use fabrik_gpu::placement::model::{self, GpuDevice, NodeView};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::resource::v1::ResourceSlice;
-use node_agent::scheduler::fit;
-use node_agent::scheduler::model::{self, GpuDevice, NodeView};
 
-use node_agent::scheduler::queue::{
-    Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME,
-};
+use fabrik_gpu::queue::{Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
 
 /// A tenant's queue settings from its spec; `resources` are the host resources of its kinds.
 pub fn tenant_queue(tenant: &Tenant, resources: Vec<String>) -> TenantQueue {
@@ -93,8 +91,13 @@ fn workload(pod: &Pod) -> (String, usize) {
     }
 }
 
+/// A pod's priority within its tenant: the one its tenant resolved (the syncer's annotation),
+/// else the host's.
 fn priority(pod: &Pod) -> i32 {
-    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    annotation(pod, fabrik_api::ANNOTATION_QUEUE_PRIORITY)
+        .and_then(|p| p.parse::<i32>().ok())
+        .or_else(|| pod.spec.as_ref().and_then(|s| s.priority))
+        .unwrap_or(0)
 }
 
 /// Whether a pod is being removed (deleted, or preempted by the queue).
@@ -129,7 +132,7 @@ pub fn node_views(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec
             {
                 continue;
             }
-            let total = node_agent::quantity::amount(resource, &q.0)
+            let total = fabrik_gpu::quantity::amount(resource, &q.0)
                 .unwrap_or(0)
                 .max(0);
             let free = view
@@ -172,7 +175,7 @@ pub fn capacity(nodes: &[Node], views: &[NodeView]) -> Gpus {
             if !fabrik_api::is_host_gpu_resource(resource) {
                 continue;
             }
-            if let Ok(n) = node_agent::quantity::amount(resource, &q.0) {
+            if let Ok(n) = fabrik_gpu::quantity::amount(resource, &q.0) {
                 *out.entry(resource.clone()).or_insert(0) += n.max(0);
             }
         }

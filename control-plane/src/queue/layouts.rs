@@ -12,8 +12,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use fabrik_gpu::queue::Input;
 use k8s_openapi::api::core::v1::Node;
-use node_agent::scheduler::queue::Input;
 
 /// How long a node repartitioned here is not repartitioned again.
 pub const HOLD: Duration = Duration::from_secs(60);
@@ -35,7 +35,7 @@ pub fn layout_for(resource: &str, labels: &BTreeMap<String, String>) -> Option<S
     let memory = labels
         .get("nvidia.com/gpu.memory")
         .and_then(|m| m.parse::<u64>().ok())?;
-    let model = node_agent::profiles::model_from_product(product, memory).ok()?;
+    let model = fabrik_gpu::profiles::model_from_product(product, memory).ok()?;
     model.profile(profile).ok()?;
     Some(format!(
         "mode: mig\nstrategy: mixed\ngeometry: all-{profile}\n"
@@ -127,7 +127,7 @@ mod tests {
             ("nvidia.com/gpu.memory".to_string(), "143771".to_string()),
         ]);
         let text = layout_for("nvidia.com/mig-1g.18gb", &h200).expect("a MIG layout");
-        let parsed = node_agent::layout::parse(&text).expect("parses");
+        let parsed = fabrik_gpu::layout::parse(&text).expect("parses");
         assert_eq!(
             serde_json::to_value(&parsed).expect("json")["mode"],
             "mig",
@@ -136,7 +136,7 @@ mod tests {
         // A profile of another model is not laid out here.
         assert_eq!(layout_for("nvidia.com/mig-1g.10gb", &h200), None);
         assert!(layout_for("nvidia.com/gpu", &h200).is_some());
-        assert!(node_agent::layout::parse(
+        assert!(fabrik_gpu::layout::parse(
             &layout_for("nvidia.com/gpu.shared", &h200).expect("ts")
         )
         .is_ok());

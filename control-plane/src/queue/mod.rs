@@ -2,7 +2,7 @@
 //!
 //! The syncer creates every host pod that asks for GPUs with the scheduling gate
 //! [`fabrik_api::QUEUE_GATE`]; no scheduler binds a gated pod. This controller decides
-//! ([`node_agent::scheduler::queue`]) which workloads — a pod, or a gang all at once — go now, and admits each pod by
+//! ([`fabrik_gpu::queue`]) which workloads — a pod, or a gang all at once — go now, and admits each pod by
 //! pinning it to the node the decision placed it on (`nodeSelector` `kubernetes.io/hostname`,
 //! which a gated pod may gain) and removing the gate; whatever scheduler the host runs then
 //! binds it there. A tenant's `quota.gpus` is its guarantee; beyond it a tenant borrows idle
@@ -40,7 +40,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use node_agent::scheduler::queue::{self as decide, Decision, Policy, Reservation};
+use fabrik_gpu::queue::{self as decide, Decision, Policy, Reservation};
 
 /// Settings of the queue controller.
 #[derive(Clone, Debug)]

@@ -5,7 +5,7 @@
 //!   `fabrik-<tenant>` that have not finished, `gpus` the GPU devices (`nvidia.com/gpu`,
 //!   `nvidia.com/mig-*`, `fabrik.dev/shared-gpu-*`) its running ones request;
 //! - the node agents' usage ConfigMaps (`fabrik-gpu-usage-<node>` in `fabrik-system`, see
-//!   `node_agent::metering::publish`) — `gpuSeconds` and `gpuSecondsUtilized` are their sums,
+//!   `fabrik_gpu::metering::wire`) — `gpuSeconds` and `gpuSecondsUtilized` are their sums,
 //!   and never go down (the status keeps the larger of what it says and the sum);
 //! - the Tenants themselves, to compare.
 //!
@@ -16,7 +16,7 @@
 //! The summed counters are also kept over time ([`History`], per tenant, namespace, model and
 //! partition) for the OpenCost-shaped allocation export ([`History::allocation`]), whose
 //! windows are exact at their edges: the counters there are interpolated between the records
-//! around each edge (`node_agent::metering::opencost::allocation_over`).
+//! around each edge (`fabrik_gpu::metering::opencost::allocation_over`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -29,14 +29,14 @@ use fabrik_api::tenant::{
 };
 use fabrik_apiserver::server::ExtensionRoute;
 use fabrik_apiserver::ApiError;
+use fabrik_gpu::metering::opencost::{self, Prices};
+use fabrik_gpu::metering::{wire, Key, Snapshot};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Client, ResourceExt};
-use node_agent::metering::opencost::{self, Prices};
-use node_agent::metering::{publish, Key, Snapshot};
 use serde_json::json;
 use tokio::sync::Notify;
 
@@ -77,7 +77,7 @@ impl Default for Settings {
 
 /// The GPU devices a pod requests (whole GPUs, MIG devices and shared slices, each 1).
 pub fn pod_gpus(pod: &Pod) -> i64 {
-    node_agent::metering::usages(pod, "", 0.0)
+    fabrik_gpu::metering::usages(pod, "", 0.0)
         .iter()
         .map(|u| u.devices as i64)
         .sum()
@@ -229,7 +229,7 @@ impl Default for History {
 pub fn folded(docs: &[NodeGpuUsage]) -> Snapshot {
     let mut totals: BTreeMap<Key, (f64, f64)> = BTreeMap::new();
     for doc in docs {
-        for (key, (a, u)) in publish::counters(doc).totals {
+        for (key, (a, u)) in wire::counters(doc).totals {
             let key = Key {
                 pod: String::new(),
                 ..key
@@ -353,7 +353,7 @@ pub fn allocation_route(history: Arc<History>, prices: Prices, cluster: String) 
 
 fn owned_by_usage(cm: &ConfigMap) -> Option<NodeGpuUsage> {
     cm.labels().get(LABEL_GPU_USAGE_NODE)?;
-    publish::parse(cm)
+    wire::parse(cm)
 }
 
 /// Keeps every (owned) tenant's `status.usage` current until `shutdown` resolves.

@@ -16,7 +16,7 @@
 //! factory. Every simulated second, finished jobs give their GPUs back, new jobs arrive, and
 //! each policy places what it can:
 //!
-//! * **queue**: [`node_agent::scheduler::queue::decide`], the GPU queue's real decision
+//! * **queue**: [`fabrik_gpu::queue::decide`], the GPU queue's real decision
 //!   function, on an [`Input`] built from the simulation (nodes with what admitted pods hold
 //!   committed, admitted workloads, waiting workloads, the previous reservation); admissions
 //!   are committed on the node the decision names ([`fit::choose`] on that node, as the
@@ -42,9 +42,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use node_agent::scheduler::fit;
-use node_agent::scheduler::model::{GpuDevice, NodeView, PodRequest};
-use node_agent::scheduler::queue::{
+use fabrik_gpu::placement::fit;
+use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
+use fabrik_gpu::queue::{
     decide, water_fill, Admitted, Decision, Gpus, HeldPod, Input, Policy, Reservation, TenantQueue,
     Waiting, HOSTNAME,
 };

@@ -42,12 +42,15 @@
 //!
 //! Read out as Prometheus text ([`Meter::metrics_text`]), per tenant
 //! ([`Meter::usage_by_tenant`]), or as an OpenCost `/allocation` response over a window
-//! ([`opencost`]). [`publish`] writes each node's counters to the host as a ConfigMap, which the
-//! control plane sums into `Tenant.status.usage`.
+//! ([`opencost`]). [`wire`] is the document each node's counters are published in (a ConfigMap
+//! on the host, written by the node agent's publisher), which the control plane sums into
+//! `Tenant.status.usage`.
+//!
+//! The model only: serving `/metrics` and publishing the ConfigMaps are the node agent's
+//! (`node_agent::metering::{http, publish}`).
 
-pub mod http;
 pub mod opencost;
-pub mod publish;
+pub mod wire;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;

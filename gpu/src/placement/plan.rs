@@ -107,7 +107,7 @@ fn place_gang(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::model::GpuDevice;
+    use crate::placement::model::GpuDevice;
     use k8s_openapi::api::core::v1::{Taint, Toleration};
 
     /// An HGX node: 8 whole GPUs on one NVLink island, GPUs 0–3 on NUMA 0, 4–7 on NUMA 1.

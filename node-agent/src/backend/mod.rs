@@ -9,9 +9,9 @@ pub mod nvml;
 mod nvml_mig;
 pub mod simulated;
 
+pub use fabrik_gpu::device::{GpuInfo, MigInstance};
+use fabrik_gpu::profiles::{MigProfile, Placement};
 use thiserror::Error;
-
-use crate::profiles::{GpuModel, MigProfile, Placement};
 
 /// Errors of a backend.
 #[derive(Debug, Error)]
@@ -27,42 +27,6 @@ pub enum Error {
 
 /// Result of a backend call.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// One physical GPU as the backend sees it now.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct GpuInfo {
-    /// Index on the node (NVML's index).
-    pub index: u32,
-    /// GPU UUID (`GPU-…`).
-    pub uuid: String,
-    /// The built-in model it maps to.
-    pub model: &'static GpuModel,
-    /// Memory in MiB.
-    pub memory_mib: u64,
-    /// PCI bus id, e.g. `00000000:17:00.0`.
-    pub pci_bus_id: String,
-    /// PCIe root complex, e.g. `pci0000:00`, when known.
-    pub pcie_root: Option<String>,
-    /// NUMA node, when known.
-    pub numa_node: Option<u32>,
-    /// Indexes of the GPUs this one has an active NVLink to.
-    pub nvlink_peers: Vec<u32>,
-    /// Whether MIG mode is enabled (current mode).
-    pub mig_enabled: bool,
-    /// MIG instances present (each a GPU instance with one full compute instance).
-    pub mig: Vec<MigInstance>,
-}
-
-/// A MIG device: one GPU instance and the compute instance spanning it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct MigInstance {
-    /// MIG device UUID (`MIG-…`).
-    pub uuid: String,
-    /// Profile name, e.g. `1g.18gb`.
-    pub profile: String,
-    /// Where it sits.
-    pub placement: Placement,
-}
 
 /// A health signal from one GPU.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -123,5 +87,29 @@ pub trait GpuBackend: Send {
     /// GPU utilization now (0..=1) per GPU index, for metering; GPUs it cannot read are absent.
     fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
         std::collections::BTreeMap::new()
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    /// `n` whole GPUs of `model`, indexes 0.., on NUMA node 0, without links or MIG.
+    pub(crate) fn gpus(model: &str, n: u32) -> Vec<GpuInfo> {
+        let model = fabrik_gpu::profiles::model(model).expect("model");
+        (0..n)
+            .map(|index| GpuInfo {
+                index,
+                uuid: format!("GPU-{index}"),
+                model,
+                memory_mib: model.memory_mib,
+                pci_bus_id: String::new(),
+                pcie_root: None,
+                numa_node: Some(0),
+                nvlink_peers: Vec::new(),
+                mig_enabled: false,
+                mig: Vec::new(),
+            })
+            .collect()
     }
 }

@@ -10,6 +10,7 @@
 
 use std::collections::HashMap;
 
+use fabrik_gpu::profiles::{self, MigProfile, Placement};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
     EccCounter, MemoryError, TemperatureSensor, TemperatureThreshold,
@@ -20,7 +21,6 @@ use nvml_wrapper::{Device, EventSet};
 use thiserror::Error;
 
 use super::{nvml_mig, GpuBackend, GpuInfo, HealthEvent, HealthSignal, MigInstance};
-use crate::profiles::{self, MigProfile, Placement};
 
 /// Errors of the NVML backend.
 #[derive(Debug, Error)]

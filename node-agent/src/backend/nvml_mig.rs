@@ -13,6 +13,7 @@
 //! instance just made, so no half-built MIG device is left behind.
 #![allow(unsafe_code)]
 
+use fabrik_gpu::profiles::{NvmlGiProfile, Placement};
 use nvml_wrapper::Device;
 use nvml_wrapper_sys::bindings::{
     nvmlComputeInstanceProfileInfo_t, nvmlComputeInstance_t, nvmlDevice_t, nvmlGpuInstanceInfo_t,
@@ -26,8 +27,6 @@ use nvml_wrapper_sys::bindings::{
     NVML_GPU_INSTANCE_PROFILE_4_SLICE, NVML_GPU_INSTANCE_PROFILE_7_SLICE,
 };
 use thiserror::Error;
-
-use crate::profiles::{NvmlGiProfile, Placement};
 
 /// Errors of raw MIG calls.
 #[derive(Debug, Error)]

@@ -29,11 +29,11 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use fabrik_gpu::profiles::{self, GpuModel, MigProfile, Placement};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use super::{GpuBackend, GpuInfo, HealthEvent, HealthSignal, MigInstance};
-use crate::profiles::{self, GpuModel, MigProfile, Placement};
 
 /// Errors of the simulated backend.
 #[derive(Debug, Error)]

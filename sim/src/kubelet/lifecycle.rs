@@ -142,7 +142,7 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
             pod.metadata
                 .annotations
                 .as_ref()?
-                .get(crate::metering::ANNOTATION_STARTED_AT)?
+                .get(fabrik_gpu::metering::ANNOTATION_STARTED_AT)?
                 .parse::<Timestamp>()
                 .ok()
         })
@@ -418,7 +418,7 @@ fn time(t: Timestamp) -> Value {
 
 /// The merge patch recording `at` in the pod's annotation `key` (RFC 3339 with nanoseconds):
 /// when a GPU pod's app containers first started or stopped for good, for metering
-/// ([`crate::metering::ANNOTATION_STARTED_AT`], [`crate::metering::ANNOTATION_FINISHED_AT`]).
+/// ([`fabrik_gpu::metering::ANNOTATION_STARTED_AT`], [`fabrik_gpu::metering::ANNOTATION_FINISHED_AT`]).
 pub fn run_annotation(key: &str, at: Timestamp) -> Value {
     json!({"metadata": {"annotations": {key: at.to_string()}}})
 }
@@ -877,18 +877,18 @@ mod tests {
             0,
         );
         let start = at(0) + SignedDuration::from_millis(900);
-        let patch = run_annotation(crate::metering::ANNOTATION_STARTED_AT, start);
+        let patch = run_annotation(fabrik_gpu::metering::ANNOTATION_STARTED_AT, start);
         let v = serde_json::to_value(&p).expect("pod");
         p = serde_json::from_value(fabrik_machinery::patch::merge_patch(&v, &patch)).expect("pod");
         assert_eq!(
-            patch["metadata"]["annotations"][crate::metering::ANNOTATION_STARTED_AT],
+            patch["metadata"]["annotations"][fabrik_gpu::metering::ANNOTATION_STARTED_AT],
             "2023-11-14T22:13:20.9Z"
         );
         // The status says 0 s; the containers started at 0.9 s and run 3 s.
         let almost = at(3) + SignedDuration::from_millis(899);
         assert_eq!(step(&p, true, almost), Step::Wait);
         assert_eq!(step(&p, true, start + seconds(3.0)), Step::Exit(0));
-        assert_eq!(crate::metering::run_times(&p).0, Some(start));
+        assert_eq!(fabrik_gpu::metering::run_times(&p).0, Some(start));
     }
 
     #[test]

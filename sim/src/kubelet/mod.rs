@@ -2,7 +2,7 @@
 //! and runs the pods bound to it — starts them (`Running`, Ready, a pod IP from the node's
 //! range, running container statuses), lets them exit when told to, and finishes their deletion
 //! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
-//! given a [`Meter`](crate::metering::Meter), meters the GPU time of its pods: from their app
+//! given a [`Meter`](fabrik_gpu::metering::Meter), meters the GPU time of its pods: from their app
 //! containers' start to their stop, the instants of the passes that started and stopped them,
 //! which it also writes on GPU pods with nanoseconds
 //! ([`metering::ANNOTATION_STARTED_AT`], [`metering::ANNOTATION_FINISHED_AT`]).
@@ -36,7 +36,7 @@ use self::ips::PodIps;
 use self::lifecycle::Step;
 use self::logs::LogStore;
 use self::node::NodeShape;
-use crate::metering::{self, Meter};
+use fabrik_gpu::metering::{self, Meter};
 
 /// Errors of the simulated kubelet.
 #[derive(Debug, Error)]
