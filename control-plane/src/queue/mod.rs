@@ -2,10 +2,10 @@
 //!
 //! The syncer creates every host pod that asks for GPUs with the scheduling gate
 //! [`fabrik_api::QUEUE_GATE`]; no scheduler binds a gated pod. This controller decides
-//! ([`fabrik_gpu::queue`]) which workloads — a pod, or a gang all at once — go now, and admits each pod by
-//! pinning it to the node the decision placed it on (`nodeSelector` `kubernetes.io/hostname`,
-//! which a gated pod may gain) and removing the gate; whatever scheduler the host runs then
-//! binds it there. A tenant's `quota.gpus` is its guarantee; beyond it a tenant borrows idle
+//! ([`fabrik_gpu::queue`]) which workloads — a pod, or a gang all at once — go now, and admits
+//! each pod by pinning it to the node the decision placed it on (`nodeSelector`
+//! `kubernetes.io/hostname`, which a gated pod may gain) and removing the gate; whatever
+//! scheduler the host runs then binds it there. A tenant's `quota.gpus` is its guarantee; beyond it a tenant borrows idle
 //! GPUs up to its `queue.borrowingLimit`, shared among borrowers by weight; when an owner's
 //! demand comes back, borrowed workloads are preempted (whole gangs, lowest priority and newest
 //! first, through the Eviction API so that PodDisruptionBudgets hold) until every tenant is at

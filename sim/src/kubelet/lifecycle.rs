@@ -418,7 +418,8 @@ fn time(t: Timestamp) -> Value {
 
 /// The merge patch recording `at` in the pod's annotation `key` (RFC 3339 with nanoseconds):
 /// when a GPU pod's app containers first started or stopped for good, for metering
-/// ([`fabrik_gpu::metering::ANNOTATION_STARTED_AT`], [`fabrik_gpu::metering::ANNOTATION_FINISHED_AT`]).
+/// ([`fabrik_gpu::metering::ANNOTATION_STARTED_AT`],
+/// [`fabrik_gpu::metering::ANNOTATION_FINISHED_AT`]).
 pub fn run_annotation(key: &str, at: Timestamp) -> Value {
     json!({"metadata": {"annotations": {key: at.to_string()}}})
 }

@@ -2,9 +2,9 @@
 //! and runs the pods bound to it — starts them (`Running`, Ready, a pod IP from the node's
 //! range, running container statuses), lets them exit when told to, and finishes their deletion
 //! (see [`lifecycle`]). It records a short synthetic log per container ([`logs`]) and, when
-//! given a [`Meter`](fabrik_gpu::metering::Meter), meters the GPU time of its pods: from their app
-//! containers' start to their stop, the instants of the passes that started and stopped them,
-//! which it also writes on GPU pods with nanoseconds
+//! given a [`Meter`], meters the GPU time of its pods: from their app containers' start to their
+//! stop, the instants of the passes that started and stopped them, which it also writes on GPU
+//! pods with nanoseconds
 //! ([`metering::ANNOTATION_STARTED_AT`], [`metering::ANNOTATION_FINISHED_AT`]).
 //!
 //! It renews the node's Lease in `kube-node-lease` ([`lease`]), the heartbeat a real host's node
