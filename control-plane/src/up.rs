@@ -222,10 +222,13 @@ pub async fn run(args: UpArgs) -> Result<()> {
         Some(crate::authn::host_signing_key(&dir.join("pki"))?);
     host_settings.auth.service_account_issuer = bound.url();
     let host_ca_pem = host_ca.cert_pem().to_string();
-    host_settings.root_ca_pem = Some(host_ca_pem.clone());
-    host_settings.load_balancer_pool = Some(args.load_balancer_pool);
-    // Its scheduler (the node agents') allocates its ResourceClaims.
-    host_settings.releases_claims = true;
+    let controllers = crate::cluster::Controllers {
+        root_ca_pem: Some(host_ca_pem.clone()),
+        load_balancer_pool: Some(args.load_balancer_pool),
+        // Its scheduler (the node agents') allocates its ResourceClaims.
+        releases_claims: true,
+        pod_api_address: None,
+    };
     // The host's own webhooks: its Services, read through its client once it is started.
     let host_services = Arc::new(crate::webhooks::HostServices::default());
     // Its resource metrics: what its simulated nodes report.
@@ -238,7 +241,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     // Tenants are checked as they are written, with the rules the manager runs them by.
     let tenant_validation: std::sync::Arc<dyn fabrik_apiserver::admission::Admission> =
         std::sync::Arc::new(crate::tenants::admission::TenantValidation);
-    let cluster = Cluster::builder(host, host_ca, host_settings)
+    let cluster = crate::cluster::builder(host, host_ca, host_settings, controllers)
         .admission([tenant_validation])
         .start()
         .await

@@ -81,7 +81,10 @@ pub async fn bootstrap(registry: &Registry) -> Result<(), ApiError> {
             Err(e) => return Err(e),
         }
     }
-    if let Some(def) = registry.catalog().get("scheduling.k8s.io", "v1", "priorityclasses") {
+    if let Some(def) = registry
+        .catalog()
+        .get("scheduling.k8s.io", "v1", "priorityclasses")
+    {
         for class in crate::admission::priority::system_classes() {
             match registry
                 .create(&def, None, class, &WriteOptions::default())
