@@ -529,27 +529,18 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     }
 
     let mut decision = Decision::default();
-    for (refusal, w) in run.blocked.values().flatten() {
-        let mut message = match w.key.split_once("/gang/") {
-            // A gang is admitted whole: say which, and its size.
-            Some((_, gang)) => format!(
-                "gang {gang} ({} pods, admitted all together): {}",
-                w.pods.len().max(w.needs),
-                refusal.message()
-            ),
-            None => refusal.message().to_string(),
-        };
-        if let Some(r) = reservation.as_ref().filter(|r| r.key == w.key) {
-            let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
-            message.push_str(&format!(
-                "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
-                nodes.join(", ")
-            ));
-        }
-        for p in &w.pods {
-            decision
-                .waiting
-                .insert(format!("{}/{}", p.namespace, p.name), message.clone());
+    for (tenant, refused) in &run.blocked {
+        let behind = refused.len();
+        for (place, (refusal, w)) in refused.iter().enumerate() {
+            tell_waiting(
+                &mut decision,
+                tenant,
+                place + 1,
+                behind,
+                refusal,
+                w,
+                &reservation,
+            );
         }
     }
     if policy.reclaim {
@@ -605,6 +596,43 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     decision.admit = run.admit;
     decision.reservation = reservation;
     decision
+}
+
+/// Tells each pod of a refused workload why it waits, and where it stands in its tenant's queue
+/// (`place` of `of` waiting, in the order they will be admitted).
+fn tell_waiting(
+    decision: &mut Decision,
+    tenant: &str,
+    place: usize,
+    of: usize,
+    refusal: &Refusal,
+    w: &Waiting,
+    reservation: &Option<Reservation>,
+) {
+    let mut message = match w.key.split_once("/gang/") {
+        // A gang is admitted whole: say which, and its size.
+        Some((_, gang)) => format!(
+            "gang {gang} ({} pods, admitted all together): {}",
+            w.pods.len().max(w.needs),
+            refusal.message()
+        ),
+        None => refusal.message().to_string(),
+    };
+    if let Some(r) = reservation.as_ref().filter(|r| r.key == w.key) {
+        let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+        message.push_str(&format!(
+            "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
+            nodes.join(", ")
+        ));
+    }
+    message.push_str(&format!(
+        "; #{place} of {of} waiting in tenant {tenant}'s queue"
+    ));
+    for p in &w.pods {
+        decision
+            .waiting
+            .insert(format!("{}/{}", p.namespace, p.name), message.clone());
+    }
 }
 
 /// Admits `w` if its tenant's limits, the others' shares and the nodes allow it.
@@ -1224,6 +1252,30 @@ mod tests {
             &Policy::default(),
         );
         assert!(d.waiting["fabrik-a/h"].contains("1 of 2 pods exist"));
+    }
+
+    #[test]
+    fn waiting_pods_know_their_place_in_their_tenant_s_queue() {
+        // One node of 2, held: three single pods wait; the urgent one, though last, is first.
+        let mut nodes = vec![node("n1", 2)];
+        let held = hold(&mut nodes, "a", "running", 2, 0);
+        let mut urgent = waiting("a", "urgent", 1, 3);
+        urgent.priority = 1000;
+        let mut i = input(
+            vec![tenant("a", 2, 0)],
+            nodes,
+            vec![waiting("a", "old", 1, 1), waiting("a", "new", 1, 2), urgent],
+        );
+        i.admitted = vec![held];
+        let d = decide(&i, &Policy::default());
+        assert!(d.admit.is_empty(), "{:?}", d.admit);
+        for (pod, place) in [("urgent", 1), ("old", 2), ("new", 3)] {
+            let why = &d.waiting[&format!("fabrik-a/{pod}")];
+            assert!(
+                why.ends_with(&format!("#{place} of 3 waiting in tenant a's queue")),
+                "{pod}: {why}"
+            );
+        }
     }
 
     #[test]

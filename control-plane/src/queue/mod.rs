@@ -656,7 +656,12 @@ async fn apply(
         if current == text {
             continue;
         }
-        let same_kind = current.split(':').take(2).eq(text.split(':').take(2));
+        // The place in the queue (after "; #") is a figure too.
+        let kind = |t: &'_ str| -> Vec<String> {
+            let t = t.split("; #").next().unwrap_or(t);
+            t.split(':').take(2).map(str::to_string).collect()
+        };
+        let same_kind = kind(current) == kind(&text);
         if same_kind && state.told.contains_key(key) {
             continue;
         }
