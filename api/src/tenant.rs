@@ -87,6 +87,13 @@ pub struct TenantQueue {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 1000))]
     pub weight: Option<i64>,
+    /// The group (a department of several tenants) the tenant's queue belongs to: the idle
+    /// guaranteed GPUs of a group's members go to its other members first, and the group
+    /// shares what the rest of the factory leaves idle as one claimant, with the weight the
+    /// platform's queue policy gives it (1 by default). A DNS label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 63))]
+    pub parent: Option<String>,
 }
 
 /// Resource limits of a tenant, enforced on the host and at the tenant's admission.

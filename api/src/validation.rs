@@ -247,6 +247,14 @@ pub fn validate_spec(spec: &TenantSpec) -> Vec<SpecError> {
                 "must be between 1 and 1000",
             ));
         }
+        if let Some(parent) = &queue.parent {
+            for problem in fabrik_machinery::validation::dns1123_label(parent) {
+                errs.push(SpecError::new(
+                    "spec.queue.parent",
+                    format!("{parent:?}: {problem}"),
+                ));
+            }
+        }
         let guarantee = spec.quota.as_ref().and_then(|q| q.gpus);
         if let (Some(lend), Some(g)) = (queue.lending_limit, guarantee) {
             if lend > g {
@@ -318,6 +326,7 @@ mod tests {
                 borrowing_limit: Some(6),
                 lending_limit: Some(2),
                 weight: Some(3),
+                parent: Some("research".into()),
             }),
         };
         assert_eq!(validate_spec(&spec), Vec::new());
@@ -355,6 +364,7 @@ mod tests {
                 borrowing_limit: Some(-1),
                 lending_limit: Some(3),
                 weight: Some(0),
+                parent: Some("Research Dept".into()),
             }),
         };
         assert_eq!(
@@ -378,6 +388,7 @@ mod tests {
                 "spec.sync.extraKinds[0]",
                 "spec.queue.borrowingLimit",
                 "spec.queue.weight",
+                "spec.queue.parent",
                 "spec.queue.lendingLimit",
             ]
         );

@@ -32,6 +32,9 @@ pub struct TenantQueue {
     pub lending_limit: Option<i64>,
     /// Weight among borrowers (≥ 1).
     pub weight: i64,
+    /// Its group (a department of several tenants), if any: the members' idle guarantees go
+    /// to each other first, and the group shares what the others leave as one claimant.
+    pub parent: Option<String>,
 }
 
 impl TenantQueue {
@@ -114,6 +117,9 @@ pub struct Policy {
     /// How long a workload that fits its tenant's share waits before nodes are reserved for
     /// it, in nanoseconds.
     pub starvation_after: i128,
+    /// The weight of each group (tenants' `parent`) among the claimants of idle GPUs; 1 for a
+    /// group not listed.
+    pub group_weights: BTreeMap<String, i64>,
 }
 
 impl Default for Policy {
@@ -121,6 +127,7 @@ impl Default for Policy {
         Policy {
             reclaim: true,
             starvation_after: 60 * 1_000_000_000,
+            group_weights: BTreeMap::new(),
         }
     }
 }
@@ -295,8 +302,14 @@ impl Books<'_> {
         }
     }
 
-    /// Fair shares of `r` for every tenant, under the demand of held + pending.
-    fn fair_shares(&self, r: &str) -> BTreeMap<String, i64> {
+    /// Fair shares of `r` for every tenant, under the demand of held + pending, in two levels:
+    /// each tenant first gets its guarantee (up to its demand); the idle guarantees of a group's
+    /// members go to the group's other members first; what is left of the idle guarantees
+    /// (what tenants keep aside) and the unguaranteed capacity is shared among the groups by
+    /// group weight — a tenant without a group is a group of its own, with its own weight —
+    /// and a group's part among its members by their weights. Never above a tenant's demand
+    /// or borrowing limit.
+    fn fair_shares(&self, r: &str, group_weights: &BTreeMap<String, i64>) -> BTreeMap<String, i64> {
         let cap = get(&self.input.capacity, r);
         let tenants = &self.input.tenants;
         let demand: Vec<i64> = tenants
@@ -308,7 +321,7 @@ impl Books<'_> {
             .zip(&demand)
             .map(|(t, d)| (*d).min(t.guaranteed(r)))
             .collect();
-        let kept: i64 = tenants
+        let kept: Vec<i64> = tenants
             .iter()
             .zip(&base)
             .map(|(t, b)| {
@@ -318,21 +331,67 @@ impl Books<'_> {
                     Some(lend) => (idle - lend).max(0),
                 }
             })
-            .sum();
-        let pool = cap - base.iter().sum::<i64>() - kept;
-        let claims: Vec<(i64, i64)> = tenants
+            .collect();
+        let claims: Vec<i64> = tenants
             .iter()
             .zip(demand.iter().zip(&base))
             .map(|(t, (d, b))| {
                 let room = t.cap(r).saturating_sub(*b);
-                (t.weight, (d - b).min(room).max(0))
+                (d - b).min(room).max(0)
             })
             .collect();
-        let extra = water_fill(pool, &claims);
+        // Groups, in a stable order: members by position.
+        let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
+        for (i, t) in tenants.iter().enumerate() {
+            let key = match &t.parent {
+                Some(p) => (true, p.as_str()),
+                None => (false, t.name.as_str()),
+            };
+            groups.entry(key).or_default().push(i);
+        }
+        // Within a group: its members' idle lendable guarantees, to its members first.
+        let mut inner = vec![0i64; tenants.len()];
+        for members in groups.values().filter(|m| m.len() > 1) {
+            let idle: i64 = members
+                .iter()
+                .map(|&i| tenants[i].guaranteed(r) - base[i] - kept[i])
+                .sum();
+            let wants: Vec<(i64, i64)> = members
+                .iter()
+                .map(|&i| (tenants[i].weight, claims[i]))
+                .collect();
+            for (&i, got) in members.iter().zip(water_fill(idle, &wants)) {
+                inner[i] = got;
+            }
+        }
+        let pool =
+            cap - base.iter().sum::<i64>() - kept.iter().sum::<i64>() - inner.iter().sum::<i64>();
+        // Among groups, then within each group.
+        let group_claims: Vec<(i64, i64)> = groups
+            .iter()
+            .map(|((grouped, name), members)| {
+                let weight = match grouped {
+                    true => group_weights.get(*name).copied().unwrap_or(1).max(1),
+                    false => tenants[members[0]].weight,
+                };
+                let want = members.iter().map(|&i| claims[i] - inner[i]).sum();
+                (weight, want)
+            })
+            .collect();
+        let mut extra = vec![0i64; tenants.len()];
+        for (members, part) in groups.values().zip(water_fill(pool, &group_claims)) {
+            let wants: Vec<(i64, i64)> = members
+                .iter()
+                .map(|&i| (tenants[i].weight, claims[i] - inner[i]))
+                .collect();
+            for (&i, got) in members.iter().zip(water_fill(part, &wants)) {
+                extra[i] = got;
+            }
+        }
         tenants
             .iter()
-            .zip(base.iter().zip(extra))
-            .map(|(t, (b, e))| (t.name.clone(), b + e))
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), base[i] + inner[i] + extra[i]))
             .collect()
     }
 }
@@ -471,7 +530,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .collect();
     let fair: FairShares = resources
         .iter()
-        .map(|r| (r.clone(), demand.fair_shares(r)))
+        .map(|r| (r.clone(), demand.fair_shares(r, &policy.group_weights)))
         .collect();
     let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
 
@@ -1030,6 +1089,7 @@ mod tests {
             borrowing_limit: borrow,
             lending_limit: None,
             weight: 1,
+            parent: None,
         }
     }
 
@@ -1252,6 +1312,41 @@ mod tests {
             &Policy::default(),
         );
         assert!(d.waiting["fabrik-a/h"].contains("1 of 2 pods exist"));
+    }
+
+    #[test]
+    fn a_group_s_idle_guarantees_go_to_its_members_first_and_it_shares_the_rest_as_one() {
+        // 16 GPUs. x and y (4 guaranteed each) form a department; z (8 guaranteed) idles; w
+        // (nothing guaranteed) wants everything; so does x, y wants nothing.
+        let fair = |grouped: bool, dept_weight: Option<i64>| {
+            let nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut x = tenant("x", 4, 16);
+            let mut y = tenant("y", 4, 16);
+            if grouped {
+                x.parent = Some("dept".into());
+                y.parent = Some("dept".into());
+            }
+            let mut w = tenant("w", 0, 16);
+            w.guarantee = None;
+            let tenants = vec![x, y, tenant("z", 8, 0), w];
+            let waiting: Vec<Waiting> = (0..16)
+                .map(|i| waiting("x", &format!("x{i}"), 1, i))
+                .chain((0..16).map(|i| waiting("w", &format!("w{i}"), 1, i)))
+                .collect();
+            let mut policy = Policy::default();
+            if let Some(weight) = dept_weight {
+                policy.group_weights.insert("dept".into(), weight);
+            }
+            let d = decide(&input(tenants, nodes, waiting), &policy);
+            let of = |t: &str| d.standings[t]["nvidia.com/gpu"].fair_share;
+            (of("x"), of("w"))
+        };
+        // Alone, x shares the 12 idle GPUs (y's and z's) with w: 4 + 6, and w 6.
+        assert_eq!(fair(false, None), (10, 6));
+        // In the department, y's idle 4 go to x first; the department and w share z's 8.
+        assert_eq!(fair(true, None), (12, 4));
+        // The department's weight counts, not its number of members: at 3 it takes 6 of z's 8.
+        assert_eq!(fair(true, Some(3)), (14, 2));
     }
 
     #[test]

@@ -241,6 +241,7 @@ fn spec_attrs(mode: Mode) -> Vec<Attr> {
             number("borrowing_limit", m(O), "GPUs of each of its kinds the tenant may hold beyond its guarantee (`quota.gpus`) while others leave theirs idle; reclaimed when their owners need them. 0 when unset."),
             number("lending_limit", m(O), "Of its idle guaranteed GPUs, how many of each kind others may borrow. Unset: all."),
             number("weight", m(O), "The tenant's weight when idle GPUs are shared among borrowers (1 to 1000; 1 when unset)."),
+            string("parent", m(O), "The group (a department of several tenants) the tenant belongs to: its members' idle guaranteed GPUs go to each other first, and the group shares the rest as one claimant."),
         ]), m(O), "The tenant's place in the shared GPU queue."),
     ]
 }

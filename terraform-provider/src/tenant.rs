@@ -213,6 +213,7 @@ pub fn spec_of(v: &Value) -> TenantSpec {
             borrowing_limit: opt_int(q.get("borrowing_limit")),
             lending_limit: opt_int(q.get("lending_limit")),
             weight: opt_int(q.get("weight")),
+            parent: opt_string(q.get("parent")),
         }),
     }
 }
@@ -296,6 +297,7 @@ pub fn spec_values(spec: &TenantSpec) -> [Value; 6] {
                     ("borrowing_limit", int_or_null(q.borrowing_limit)),
                     ("lending_limit", int_or_null(q.lending_limit)),
                     ("weight", int_or_null(q.weight)),
+                    ("parent", str_or_null(&q.parent)),
                 ])
             })
             .unwrap_or(Value::Null),
@@ -486,6 +488,7 @@ mod tests {
                 borrowing_limit: Some(4),
                 lending_limit: None,
                 weight: Some(2),
+                parent: Some("research".into()),
             }),
         };
         let tenant = Tenant::new("ml", spec.clone());

@@ -25,6 +25,7 @@ pub fn tenant_queue(tenant: &Tenant, resources: Vec<String>) -> TenantQueue {
         },
         lending_limit: queue.lending_limit.map(|l| l.max(0)),
         weight: queue.weight.unwrap_or(1).clamp(1, 1000),
+        parent: queue.parent.clone(),
     }
 }
 
@@ -288,5 +289,40 @@ pub fn build(
         waiting: waiting.into_values().collect(),
         reservation: None,
         now,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_api::tenant::{TenantQueue as QueueSpec, TenantQuota, TenantSpec};
+
+    #[test]
+    fn a_tenant_s_queue_comes_from_its_spec() {
+        let spec = TenantSpec {
+            quota: Some(TenantQuota {
+                gpus: Some(4),
+                ..Default::default()
+            }),
+            queue: Some(QueueSpec {
+                borrowing_limit: Some(2),
+                lending_limit: Some(1),
+                weight: Some(3),
+                parent: Some("research".into()),
+            }),
+            ..Default::default()
+        };
+        let q = tenant_queue(&Tenant::new("team-a", spec), vec!["nvidia.com/gpu".into()]);
+        assert_eq!(q.name, "team-a");
+        assert_eq!(q.guaranteed("nvidia.com/gpu"), 4);
+        assert_eq!(q.cap("nvidia.com/gpu"), 6);
+        assert_eq!(q.lending_limit, Some(1));
+        assert_eq!(q.weight, 3);
+        assert_eq!(q.parent.as_deref(), Some("research"));
+        // No GPU quota: nothing guaranteed, borrowing unbounded, no group.
+        let q = tenant_queue(&Tenant::new("free", TenantSpec::default()), Vec::new());
+        assert_eq!(q.guarantee, None);
+        assert_eq!(q.parent, None);
+        assert_eq!(q.weight, 1);
     }
 }

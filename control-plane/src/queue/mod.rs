@@ -94,6 +94,7 @@ impl QueueArgs {
             policy: Policy {
                 reclaim: self.queue_reclaim,
                 starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
+                group_weights: Default::default(),
             },
             namespace: namespace.to_string(),
             ..Settings::default()
@@ -215,8 +216,9 @@ where
 
 /// The platform's queue policy on the host: ConfigMap `fabrik-gpu-queue` in the control plane's
 /// namespace ([`Settings::namespace`], `fabrik-system` by default),
-/// keys `reclaim` (`true`/`false`) and `starvationSeconds`; what it does not set comes from the
-/// command line.
+/// keys `reclaim` (`true`/`false`), `starvationSeconds` and `groupWeights` (the weight of each
+/// group of tenants among the claimants of idle GPUs: `research=2, vision=1`; 1 for a group
+/// not listed); what it does not set comes from the command line.
 pub const POLICY_CONFIGMAP: &str = "fabrik-gpu-queue";
 
 /// The policy a ConfigMap sets over `defaults`; a value that does not parse is told once (by
@@ -240,9 +242,30 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             )),
         }
     }
+    if let Some(v) = data.get("groupWeights") {
+        for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+            let parsed = entry.split_once('=').and_then(|(group, weight)| {
+                let weight = weight.trim().parse::<i64>().ok()?;
+                let group = group.trim();
+                let valid = fabrik_machinery::validation::dns1123_label(group).is_empty()
+                    && (1..=1000).contains(&weight);
+                valid.then(|| (group.to_string(), weight))
+            });
+            match parsed {
+                Some((group, weight)) => {
+                    policy.group_weights.insert(group, weight);
+                }
+                None => problems.push(format!(
+                    "groupWeights: {entry:?} is not GROUP=WEIGHT (a DNS label, 1 to 1000)"
+                )),
+            }
+        }
+    }
     for k in data.keys() {
-        if k != "reclaim" && k != "starvationSeconds" {
-            problems.push(format!("{k}: not a setting (reclaim, starvationSeconds)"));
+        if !["reclaim", "starvationSeconds", "groupWeights"].contains(&k.as_str()) {
+            problems.push(format!(
+                "{k}: not a setting (reclaim, starvationSeconds, groupWeights)"
+            ));
         }
     }
     let said = problems.join("; ");
@@ -819,18 +842,31 @@ mod tests {
         let defaults = Policy::default();
         let mut state = State::default();
         let p = policy_from(
-            &cm(&[("reclaim", "false"), ("starvationSeconds", "5")]),
+            &cm(&[
+                ("reclaim", "false"),
+                ("starvationSeconds", "5"),
+                ("groupWeights", "research=2, vision=1"),
+            ]),
             &defaults,
             &mut state,
         );
         assert!(!p.reclaim);
         assert_eq!(p.starvation_after, 5_000_000_000);
-        assert!(state.policy_problems.is_empty());
+        assert_eq!(
+            p.group_weights,
+            [("research".to_string(), 2), ("vision".to_string(), 1)].into()
+        );
+        assert!(
+            state.policy_problems.is_empty(),
+            "{}",
+            state.policy_problems
+        );
         let p = policy_from(
             &cm(&[
                 ("reclaim", "maybe"),
                 ("starvationSeconds", "-1"),
                 ("cohort", "x"),
+                ("groupWeights", "Research=2, vision=0, ok=3"),
             ]),
             &defaults,
             &mut state,
@@ -839,7 +875,14 @@ mod tests {
             (p.reclaim, p.starvation_after),
             (defaults.reclaim, defaults.starvation_after)
         );
-        for field in ["reclaim", "starvationSeconds", "cohort"] {
+        assert_eq!(p.group_weights, [("ok".to_string(), 3)].into());
+        for field in [
+            "reclaim",
+            "starvationSeconds",
+            "cohort",
+            "\"Research=2\"",
+            "\"vision=0\"",
+        ] {
             assert!(
                 state.policy_problems.contains(field),
                 "{}",

@@ -72,6 +72,10 @@ struct CreateArgs {
     /// The tenant's weight when borrowers share idle GPUs (1 to 1000; default 1).
     #[arg(long, value_name = "W", allow_negative_numbers = true)]
     queue_weight: Option<i64>,
+    /// The group (a department of several tenants) whose members' idle guaranteed GPUs go to
+    /// each other first; the group shares the rest of the factory's idle GPUs as one.
+    #[arg(long, value_name = "GROUP")]
+    queue_group: Option<String>,
     /// What `nvidia.com/gpu` is: `whole`, `mig:PROFILE` (e.g. `mig:1g.18gb`),
     /// `share:MEMORY_MIB,COMPUTE_PERCENT` or `timeslice`.
     #[arg(long, value_name = "MODE")]
@@ -220,11 +224,13 @@ pub async fn run(args: TenantArgs) -> Result<()> {
                 }),
                 queue: (c.borrow_gpus.is_some()
                     || c.lend_gpus.is_some()
-                    || c.queue_weight.is_some())
+                    || c.queue_weight.is_some()
+                    || c.queue_group.is_some())
                 .then_some(TenantQueue {
                     borrowing_limit: c.borrow_gpus,
                     lending_limit: c.lend_gpus,
                     weight: c.queue_weight,
+                    parent: c.queue_group.clone(),
                 }),
                 ..Default::default()
             };

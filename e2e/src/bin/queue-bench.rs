@@ -295,6 +295,7 @@ fn tenants(gpus: i64) -> Vec<TenantQueue> {
             borrowing_limit: gpus,
             lending_limit: None,
             weight: 1,
+            parent: None,
         })
         .collect()
 }
