@@ -85,6 +85,19 @@ impl ClusterQuota {
         self.exact.load(Ordering::Relaxed)
     }
 
+    /// The name of the lock replicas take to count exactly: the quota's name, key-safe.
+    fn lock_name(&self) -> String {
+        let safe: String = self
+            .name
+            .chars()
+            .map(|c| match c.is_ascii_alphanumeric() {
+                true => c.to_ascii_lowercase(),
+                false => '-',
+            })
+            .collect();
+        format!("clusterquota/{safe}")
+    }
+
     /// Charges `requested` to `kind`'s bound if, with the bounds of the kinds in `sharing`
     /// (which count some of the same resources), it fits under `hard`; false if a bound is
     /// missing or too tight.
@@ -176,6 +189,11 @@ impl Admission for ClusterQuota {
             }
         }
         let write = self.lock.clone().write_owned().await;
+        // Exact: other replicas admit too; count and commit one at a time among them all.
+        let shared = match self.is_exact() {
+            true => Some(req.objects.exclusive(&self.lock_name()).await?),
+            false => None,
+        };
         let items = req.objects.list(req.def, None).await?;
         let used = quota::used(
             &Value::Null,
@@ -226,7 +244,7 @@ impl Admission for ClusterQuota {
         }
         Ok(Verdict {
             warnings: Vec::new(),
-            hold: Some(Box::new(write.downgrade())),
+            hold: Some(Box::new((write.downgrade(), shared))),
         })
     }
 }
@@ -464,5 +482,40 @@ mod tests {
         // B's own count says 1; the store holds 2.
         let err = create(&b, "pods", p("b2")).await.expect_err("over 2");
         assert!(err.to_string().contains("pods=2"), "{err}");
+    }
+
+    /// Two replicas (the owner and a follower of one tenant) taking creates at the same time
+    /// never admit past the quota together.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_creates_through_two_replicas_stay_within_the_quota() {
+        let f = Fixture::new();
+        let hard = [("pods", "5")];
+        let a = Arc::new(f.replica(&hard, true).await);
+        let b = Arc::new(f.replica(&hard, true).await);
+        let tasks: Vec<_> = (0..20)
+            .map(|i| {
+                let reg = if i % 2 == 0 { a.clone() } else { b.clone() };
+                tokio::spawn(async move {
+                    let obj = pod(
+                        &format!("p{i}"),
+                        json!({"containers": [{"name": "c", "image": "x"}]}),
+                    );
+                    create(&reg, "pods", obj).await.is_ok()
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for t in tasks {
+            if t.await.expect("task") {
+                admitted += 1;
+            }
+        }
+        let stored = a
+            .list(&def(&a, "pods"), None, &ListParams::default())
+            .await
+            .expect("list")
+            .items
+            .len();
+        assert_eq!((admitted, stored), (5, 5));
     }
 }

@@ -40,4 +40,9 @@ pub trait Objects: Send + Sync {
         objects: Vec<Value>,
         desired: &str,
     ) -> Result<Vec<Value>, ApiError>;
+
+    /// Lock `name` (key-safe text) over every server of the cluster — all replicas writing its
+    /// store — until the returned guard is dropped: for admission that must see every other
+    /// replica's admitted writes before it admits one more (exact quotas).
+    async fn exclusive(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>, ApiError>;
 }

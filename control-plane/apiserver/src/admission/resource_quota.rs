@@ -188,6 +188,15 @@ impl Admission for ResourceQuota {
         }
         // Slow path: wait until no write is in flight, then count exactly.
         let write = lock.clone().write_owned().await;
+        // Exact: other replicas admit too; count and commit one at a time among them all.
+        let shared = match self.exact {
+            true => Some(
+                req.objects
+                    .exclusive(&format!("resourcequota/{ns}"))
+                    .await?,
+            ),
+            false => None,
+        };
         for (quota, (key, hard)) in quotas.iter().zip(&keys) {
             let used = current_usage(req.objects, req.def, ns, quota).await?;
             let exceeded = over(&used, &requested, hard);
@@ -209,7 +218,7 @@ impl Admission for ResourceQuota {
         }
         Ok(Verdict {
             warnings: Vec::new(),
-            hold: Some(Box::new(write.downgrade())),
+            hold: Some(Box::new((write.downgrade(), shared))),
         })
     }
 }

@@ -12,6 +12,7 @@
 mod apply;
 mod configs;
 mod continue_token;
+pub mod lock;
 mod patch;
 mod subresources;
 mod watch;
@@ -1341,6 +1342,10 @@ impl Objects for Registry {
         desired: &str,
     ) -> Result<Vec<Value>> {
         Registry::convert(self, def, objects, desired).await
+    }
+
+    async fn exclusive(&self, name: &str) -> Result<Box<dyn std::any::Any + Send>> {
+        Ok(Box::new(lock::acquire(self.store.clone(), name).await?))
     }
 }
 
