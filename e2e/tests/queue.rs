@@ -554,3 +554,42 @@ fn a_tenant_s_priority_classes_order_its_own_queue() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+/// Tenants of one group (department): a member's idle guarantee goes to its sibling first, so
+/// a tenant outside the group gets none of it, and the group's fair share holds.
+#[test]
+fn a_group_s_idle_guarantee_goes_to_its_own_members_first() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let x = f.create_tenant(
+            "x",
+            &["--gpus", "4", "--borrow-gpus", "4", "--queue-group", "dept"],
+        )?;
+        f.create_tenant("y", &["--gpus", "4", "--queue-group", "dept"])?;
+        let w = f.create_tenant("w", &["--gpus", "0", "--borrow-gpus", "8"])?;
+        // x takes its 4 and y's idle 4.
+        kc_apply_ok(&k, &x, &gpu_deployment("train", 8))?;
+        poll_until("x's 8 pods bound", WAIT, || {
+            Ok(pods_of(&k, &x, "train")?.0 == 8)
+        })?;
+        // w asks for all 8: alone, x and w would share y's idle 4 (fair shares 6 and 2, and 2
+        // of x's pods preempted); in the department, y's idle GPUs are x's first.
+        kc_apply_ok(&k, &w, &gpu_deployment("eval", 8))?;
+        poll_until("w's pods told why they wait", WAIT, || {
+            Ok(pods_of(&k, &w, "eval")?.1 == 8)
+        })?;
+        let (sx, sw) = (standing(&f, &k, "x")?, standing(&f, &k, "w")?);
+        if sx.3 != 8 || sw.3 != 0 {
+            bail!("fair shares: x {sx:?}, w {sw:?}");
+        }
+        let xs = pods_of(&k, &x, "train")?;
+        if xs.0 != 8 || xs.2 != 0 {
+            bail!("x's pods (bound, queued, preempted): {xs:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
