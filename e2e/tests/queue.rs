@@ -548,6 +548,27 @@ fn a_tenant_s_priority_classes_order_its_own_queue() {
         if low.0 != 0 {
             bail!("a low pod was admitted before the urgent ones: {low:?}");
         }
+        // GPUs were freed: the waiting pods get an estimate at that rate.
+        let mut said = String::new();
+        poll_until("the low pods' estimated wait", WAIT, || {
+            said = kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "app=low",
+                    "-o",
+                    r#"jsonpath={range .items[*]}{.status.conditions[?(@.type=="PodScheduled")].message}{"\n"}{end}"#,
+                ],
+            )?;
+            Ok(said.lines().filter(|l| !l.is_empty()).count() == 2
+                && said
+                    .lines()
+                    .all(|l| l.contains("estimated wait") && !l.contains("no estimated wait")))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {said}"))?;
         Ok(())
     };
     if let Err(e) = run() {

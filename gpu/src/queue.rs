@@ -212,6 +212,9 @@ pub struct Decision {
     pub preempt: Vec<Preemption>,
     /// For each waiting pod (`namespace/name`): why it waits.
     pub waiting: BTreeMap<String, String>,
+    /// For each waiting pod: the devices its tenant's queue must still be given up to and
+    /// including its workload — at least what has to free up before it runs.
+    pub ahead: BTreeMap<String, Gpus>,
     /// Per tenant and resource.
     pub standings: BTreeMap<String, BTreeMap<String, Standing>>,
     /// The reservation held after this decision.
@@ -590,16 +593,18 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     let mut decision = Decision::default();
     for (tenant, refused) in &run.blocked {
         let behind = refused.len();
+        let mut ahead = Gpus::new();
         for (place, (refusal, w)) in refused.iter().enumerate() {
-            tell_waiting(
-                &mut decision,
+            for (r, n) in w.gpus() {
+                *ahead.entry(r).or_insert(0) += n;
+            }
+            let at = Place {
                 tenant,
-                place + 1,
-                behind,
-                refusal,
-                w,
-                &reservation,
-            );
+                place: place + 1,
+                of: behind,
+                ahead: &ahead,
+            };
+            tell_waiting(&mut decision, &at, refusal, w, &reservation);
         }
     }
     if policy.reclaim {
@@ -657,17 +662,29 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     decision
 }
 
-/// Tells each pod of a refused workload why it waits, and where it stands in its tenant's queue
-/// (`place` of `of` waiting, in the order they will be admitted).
-fn tell_waiting(
-    decision: &mut Decision,
-    tenant: &str,
+/// Where a refused workload stands in its tenant's queue: `place` of `of` waiting (in the order
+/// they will be admitted), with `ahead` devices to be given to it and the workloads before it.
+struct Place<'a> {
+    tenant: &'a str,
     place: usize,
     of: usize,
+    ahead: &'a Gpus,
+}
+
+/// Tells each pod of a refused workload why it waits, and where it stands in its tenant's queue.
+fn tell_waiting(
+    decision: &mut Decision,
+    at: &Place<'_>,
     refusal: &Refusal,
     w: &Waiting,
     reservation: &Option<Reservation>,
 ) {
+    let Place {
+        tenant,
+        place,
+        of,
+        ahead,
+    } = at;
     let mut message = match w.key.split_once("/gang/") {
         // A gang is admitted whole: say which, and its size.
         Some((_, gang)) => format!(
@@ -688,9 +705,9 @@ fn tell_waiting(
         "; #{place} of {of} waiting in tenant {tenant}'s queue"
     ));
     for p in &w.pods {
-        decision
-            .waiting
-            .insert(format!("{}/{}", p.namespace, p.name), message.clone());
+        let key = format!("{}/{}", p.namespace, p.name);
+        decision.ahead.insert(key.clone(), (*ahead).clone());
+        decision.waiting.insert(key, message.clone());
     }
 }
 
@@ -1365,11 +1382,14 @@ mod tests {
         let d = decide(&i, &Policy::default());
         assert!(d.admit.is_empty(), "{:?}", d.admit);
         for (pod, place) in [("urgent", 1), ("old", 2), ("new", 3)] {
-            let why = &d.waiting[&format!("fabrik-a/{pod}")];
+            let key = format!("fabrik-a/{pod}");
+            let why = &d.waiting[&key];
             assert!(
                 why.ends_with(&format!("#{place} of 3 waiting in tenant a's queue")),
                 "{pod}: {why}"
             );
+            // What must free up before it runs: its own and those ahead of it.
+            assert_eq!(d.ahead[&key]["nvidia.com/gpu"], place as i64, "{pod}");
         }
     }
 

@@ -24,6 +24,7 @@
 
 pub mod input;
 pub mod layouts;
+pub mod wait;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -452,6 +453,8 @@ struct State {
     repartitioned: layouts::Recent,
     /// When each waiting pod was last told why it waits.
     told: BTreeMap<String, std::time::Instant>,
+    /// GPUs freed lately, for estimated waits.
+    freed: wait::Freed,
     /// What was wrong with the policy ConfigMap, as last told.
     policy_problems: String,
     /// Failures already logged, by what failed (logged again only when the error changes).
@@ -515,6 +518,7 @@ async fn pass(
     };
     let decision = decide::decide(&input, &policy);
     state.reservation = decision.reservation.clone();
+    state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // A kind of GPU asked for that no node offers: an idle node is laid out for it.
     if let Some((node, layout)) = layouts::plan(&input, &nodes, &state.repartitioned) {
@@ -675,7 +679,11 @@ async fn apply(
             .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
             .and_then(|c| c.message.as_deref())
             .unwrap_or("");
-        let text = format!("queued by Fabrik's GPU queue: {message}");
+        let estimate = match decision.ahead.get(key) {
+            Some(ahead) => format!("; {}", state.freed.describe(ahead, now)),
+            None => String::new(),
+        };
+        let text = format!("queued by Fabrik's GPU queue: {message}{estimate}");
         if current == text {
             continue;
         }

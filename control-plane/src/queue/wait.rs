@@ -1,0 +1,167 @@
+//! Estimated waits: how fast GPUs free up (the devices of admitted workloads that ended, over
+//! the last [`WINDOW`]), and from that, when the devices a waiting pod needs — its own and those
+//! of its tenant's workloads ahead of it — will have been freed. An estimate at the recent rate,
+//! said as such; none when nothing of a kind was freed lately.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use fabrik_gpu::queue::{Gpus, Input};
+
+/// How far back the rate looks.
+pub const WINDOW: Duration = Duration::from_secs(600);
+
+/// Devices freed lately.
+pub struct Freed {
+    started: Instant,
+    /// Held devices of each admitted workload at the last decision.
+    held: BTreeMap<String, Gpus>,
+    /// When workloads ended, and what they held.
+    ended: VecDeque<(Instant, Gpus)>,
+}
+
+impl Default for Freed {
+    fn default() -> Freed {
+        Freed::since(Instant::now())
+    }
+}
+
+impl Freed {
+    /// Counting from `started`.
+    pub fn since(started: Instant) -> Freed {
+        Freed {
+            started,
+            held: BTreeMap::new(),
+            ended: VecDeque::new(),
+        }
+    }
+
+    /// Notes the admitted workloads of a decision made at `now`: those gone since the last one
+    /// freed what they held.
+    pub fn observe(&mut self, input: &Input, now: Instant) {
+        let held: BTreeMap<String, Gpus> = input
+            .admitted
+            .iter()
+            .map(|a| {
+                let mut gpus = Gpus::new();
+                for p in &a.pods {
+                    for (r, n) in &p.request.requests {
+                        if fabrik_api::is_host_gpu_resource(r) {
+                            *gpus.entry(r.clone()).or_insert(0) += n;
+                        }
+                    }
+                }
+                (a.key.clone(), gpus)
+            })
+            .collect();
+        for (key, gpus) in &self.held {
+            if !held.contains_key(key) && !gpus.is_empty() {
+                self.ended.push_back((now, gpus.clone()));
+            }
+        }
+        self.held = held;
+        while self
+            .ended
+            .front()
+            .is_some_and(|(at, _)| now.duration_since(*at) > WINDOW)
+        {
+            self.ended.pop_front();
+        }
+    }
+
+    /// Devices of `resource` freed per second lately.
+    fn rate(&self, resource: &str, now: Instant) -> f64 {
+        let freed: i64 = self
+            .ended
+            .iter()
+            .map(|(_, g)| g.get(resource).copied().unwrap_or(0))
+            .sum();
+        let span = now.duration_since(self.started).min(WINDOW).as_secs_f64();
+        if span <= 0.0 {
+            return 0.0;
+        }
+        freed as f64 / span
+    }
+
+    /// What to tell a pod that needs `ahead` to be freed first.
+    pub fn describe(&self, ahead: &Gpus, now: Instant) -> String {
+        let mut worst: Option<f64> = Some(0.0);
+        for (r, n) in ahead.iter().filter(|(_, n)| **n > 0) {
+            let rate = self.rate(r, now);
+            worst = match (worst, rate > 0.0) {
+                (Some(w), true) => Some(w.max(*n as f64 / rate)),
+                _ => None,
+            };
+        }
+        let minutes = WINDOW.as_secs() / 60;
+        match worst {
+            Some(secs) => format!(
+                "estimated wait {} (at the rate GPUs were freed in the last {minutes} min)",
+                readable(secs)
+            ),
+            None => format!(
+                "no estimated wait: none of the GPUs it needs were freed in the last {minutes} min"
+            ),
+        }
+    }
+}
+
+/// `45 s`, `4 min`, `2 h 10 min`.
+fn readable(secs: f64) -> String {
+    let s = secs.ceil() as u64;
+    match s {
+        0..=59 => "under a minute".to_string(),
+        60..=3599 => format!("about {} min", s.div_ceil(60)),
+        _ => format!("about {} h {} min", s / 3600, (s % 3600) / 60),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fabrik_gpu::placement::model::PodRequest;
+    use fabrik_gpu::queue::{Admitted, HeldPod};
+
+    fn admitted(key: &str, gpus: i64) -> Admitted {
+        Admitted {
+            tenant: "a".into(),
+            key: key.into(),
+            pods: vec![HeldPod {
+                request: PodRequest {
+                    requests: [("nvidia.com/gpu".to_string(), gpus)].into(),
+                    ..Default::default()
+                },
+                node: "n1".into(),
+                devices: Vec::new(),
+            }],
+            priority: 0,
+            admitted_at: 0,
+            leaving: false,
+        }
+    }
+
+    #[test]
+    fn the_wait_is_what_must_free_up_at_the_recent_rate() {
+        let t0 = Instant::now();
+        let mut freed = Freed::since(t0);
+        let mut input = Input {
+            admitted: vec![admitted("w1", 4), admitted("w2", 2)],
+            ..Default::default()
+        };
+        freed.observe(&input, t0);
+        let ahead: Gpus = [("nvidia.com/gpu".to_string(), 6)].into();
+        // Nothing freed yet: no estimate, said so.
+        assert!(freed
+            .describe(&ahead, t0 + Duration::from_secs(60))
+            .starts_with("no estimated wait"),);
+        // 4 GPUs freed in the first 2 minutes: 2 per minute; 6 more take about 3 minutes.
+        input.admitted.remove(0);
+        freed.observe(&input, t0 + Duration::from_secs(30));
+        let said = freed.describe(&ahead, t0 + Duration::from_secs(120));
+        assert!(said.starts_with("estimated wait about 3 min"), "{said}");
+        // Out of the window, the rate forgets them.
+        freed.observe(&input, t0 + WINDOW + Duration::from_secs(60));
+        let said = freed.describe(&ahead, t0 + WINDOW + Duration::from_secs(60));
+        assert!(said.starts_with("no estimated wait"), "{said}");
+    }
+}
