@@ -9,6 +9,7 @@ mod control_plane;
 mod dns;
 mod keyspaces;
 mod login;
+mod metrics_http;
 mod nodes;
 mod pod_streams;
 mod queue;

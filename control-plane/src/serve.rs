@@ -53,6 +53,10 @@ pub struct ServeArgs {
     /// Address to serve HTTPS on; port 0 picks a free port.
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:6443")]
     listen: SocketAddr,
+    /// Where to serve the control plane's own figures (the GPU queue's) for Prometheus, at
+    /// `/metrics` on plain HTTP (default: not served).
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
     /// The URL tenant kubeconfigs name (`https://HOST[:PORT]`). Default: from `--listen`
     /// (`https://127.0.0.1:PORT` when listening on all interfaces).
     #[arg(long, value_name = "URL")]
@@ -530,6 +534,31 @@ pub async fn run(args: ServeArgs) -> Result<()> {
             let _ = shutdown.wait_for(|s| *s).await;
         },
     );
+    let metrics = match args.metrics_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .with_context(|| format!("cannot listen on {at} (--metrics-listen)"))?;
+            let at = listener
+                .local_addr()
+                .with_context(|| format!("cannot listen on {at} (--metrics-listen)"))?;
+            let sources: Vec<crate::metrics_http::Source> = manager
+                .queue_figures()
+                .map(|figures| {
+                    std::sync::Arc::new(move || figures.metrics_text())
+                        as crate::metrics_http::Source
+                })
+                .into_iter()
+                .collect();
+            eprintln!("fabrik: the control plane's metrics on http://{at}/metrics");
+            Some(tokio::spawn(crate::metrics_http::serve(
+                listener,
+                sources,
+                stop.subscribe(),
+            )))
+        }
+        None => None,
+    };
     eprintln!(
         "fabrik: serving tenants at {}/clusters/<tenant> (listening on {addr}) in {} ms",
         public.url,
@@ -543,6 +572,9 @@ pub async fn run(args: ServeArgs) -> Result<()> {
     eprintln!("fabrik: shutting down");
     let _ = stop.send(true);
     manager.stopped().await;
+    if let Some(m) = metrics {
+        let _ = tokio::time::timeout(Duration::from_secs(1), m).await;
+    }
     match tokio::time::timeout(DRAIN + Duration::from_secs(1), serving_task).await {
         Ok(Ok(Err(e))) => tracing::warn!(error = %e, "the listener stopped with an error"),
         Ok(_) => {}

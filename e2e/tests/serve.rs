@@ -30,6 +30,7 @@ impl Serve {
             .arg("--data-dir")
             .arg(data_dir)
             .args(["--listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .env_remove("KUBECONFIG")
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -93,6 +94,25 @@ impl Drop for Serve {
             let _ = c.wait();
         }
     }
+}
+
+/// `GET /metrics` from the address in "fabrik: the control plane's metrics on http://ADDR/metrics".
+fn scrape(log: &str) -> Result<String> {
+    use std::io::{Read, Write};
+    let line = log
+        .lines()
+        .find(|l| l.contains("the control plane's metrics on http://"))
+        .context("no metrics address in the log")?;
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|r| r.split('/').next())
+        .context("metrics address")?;
+    let mut s = std::net::TcpStream::connect(addr)?;
+    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
 }
 
 /// The URL in "fabrik: serving tenants at https://HOST:PORT/clusters/<tenant> ...".
@@ -228,6 +248,16 @@ fn scenario(k: &Kubectl, up: &Fabrik, work: &Path) -> Result<()> {
                 "--timeout=60s",
             ],
         )?;
+        // The GPU queue's figures for the tenant, on the metrics port.
+        let mut scraped = String::new();
+        poll("the queue's figures on /metrics", 30, || {
+            scraped = scrape(&serve.log())?;
+            Ok(scraped.starts_with("HTTP/1.1 200")
+                && scraped.contains(
+                    "fabrik_queue_guaranteed_gpus{tenant=\"team-a\",resource=\"nvidia.com/gpu\"} 2",
+                ))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {scraped}"))?;
         let endpoint = kc_ok(
             k,
             &home,
