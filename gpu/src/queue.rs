@@ -343,18 +343,23 @@ impl Books<'_> {
                 (d - b).min(room).max(0)
             })
             .collect();
-        // Groups, in a stable order: members by position.
-        let mut groups: BTreeMap<(bool, &str), Vec<usize>> = BTreeMap::new();
+        // Groups in the order of their first member, members by position (so that, without
+        // groups, every tenant is a claimant at its own position, as water_fill's tie-break
+        // by position expects).
+        let mut groups: Vec<((bool, &str), Vec<usize>)> = Vec::new();
         for (i, t) in tenants.iter().enumerate() {
             let key = match &t.parent {
                 Some(p) => (true, p.as_str()),
                 None => (false, t.name.as_str()),
             };
-            groups.entry(key).or_default().push(i);
+            match groups.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((key, vec![i])),
+            }
         }
         // Within a group: its members' idle lendable guarantees, to its members first.
         let mut inner = vec![0i64; tenants.len()];
-        for members in groups.values().filter(|m| m.len() > 1) {
+        for members in groups.iter().map(|(_, m)| m).filter(|m| m.len() > 1) {
             let idle: i64 = members
                 .iter()
                 .map(|&i| tenants[i].guaranteed(r) - base[i] - kept[i])
@@ -382,7 +387,7 @@ impl Books<'_> {
             })
             .collect();
         let mut extra = vec![0i64; tenants.len()];
-        for (members, part) in groups.values().zip(water_fill(pool, &group_claims)) {
+        for ((_, members), part) in groups.iter().zip(water_fill(pool, &group_claims)) {
             let wants: Vec<(i64, i64)> = members
                 .iter()
                 .map(|&i| (tenants[i].weight, claims[i] - inner[i]))
