@@ -28,6 +28,25 @@ pub struct GpuInfo {
     pub mig: Vec<MigInstance>,
 }
 
+impl GpuInfo {
+    /// GPU `index` of `model` as a plain board reports it: whole (no MIG), no NVLink peers,
+    /// NUMA node 0, no PCI details. For tests and tools that need GPUs, not a particular board.
+    pub fn plain(index: u32, model: &'static GpuModel) -> GpuInfo {
+        GpuInfo {
+            index,
+            uuid: format!("GPU-{index}"),
+            model,
+            memory_mib: model.memory_mib,
+            pci_bus_id: String::new(),
+            pcie_root: None,
+            numa_node: Some(0),
+            nvlink_peers: Vec::new(),
+            mig_enabled: false,
+            mig: Vec::new(),
+        }
+    }
+}
+
 /// A MIG device: one GPU instance and the compute instance spanning it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MigInstance {

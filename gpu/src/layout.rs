@@ -369,20 +369,7 @@ pub(crate) mod tests {
 
     pub(crate) fn gpus(model: &str, n: u32) -> Vec<GpuInfo> {
         let model = profiles::model(model).expect("model");
-        (0..n)
-            .map(|index| GpuInfo {
-                index,
-                uuid: format!("GPU-{index}"),
-                model,
-                memory_mib: model.memory_mib,
-                pci_bus_id: String::new(),
-                pcie_root: None,
-                numa_node: Some(0),
-                nvlink_peers: Vec::new(),
-                mig_enabled: false,
-                mig: Vec::new(),
-            })
-            .collect()
+        (0..n).map(|index| GpuInfo::plain(index, model)).collect()
     }
 
     fn resolve_text(text: &str, model: &str) -> Result<Target> {

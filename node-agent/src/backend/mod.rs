@@ -97,19 +97,6 @@ pub(crate) mod tests {
     /// `n` whole GPUs of `model`, indexes 0.., on NUMA node 0, without links or MIG.
     pub(crate) fn gpus(model: &str, n: u32) -> Vec<GpuInfo> {
         let model = fabrik_gpu::profiles::model(model).expect("model");
-        (0..n)
-            .map(|index| GpuInfo {
-                index,
-                uuid: format!("GPU-{index}"),
-                model,
-                memory_mib: model.memory_mib,
-                pci_bus_id: String::new(),
-                pcie_root: None,
-                numa_node: Some(0),
-                nvlink_peers: Vec::new(),
-                mig_enabled: false,
-                mig: Vec::new(),
-            })
-            .collect()
+        (0..n).map(|index| GpuInfo::plain(index, model)).collect()
     }
 }
