@@ -28,9 +28,15 @@ pub trait Objects: Send + Sync {
     /// Every object of `def` (in `ns`, or in all namespaces).
     async fn list(&self, def: &ResourceDef, ns: Option<&str>) -> Result<Vec<Value>, ApiError>;
 
-    /// The objects of an admission configuration kind (`admissionregistration.k8s.io/v1`
-    /// `plural`), current with every write; none when the kind is not served.
-    async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>, ApiError>;
+    /// The objects of a kind admission reads on every write — admission configurations
+    /// (`admissionregistration.k8s.io`) and PriorityClasses (`scheduling.k8s.io`), at `v1` —
+    /// current with every write through this server and within a second of other replicas';
+    /// none when the kind is not served or not one of those.
+    async fn admission_objects(
+        &self,
+        group: &str,
+        plural: &str,
+    ) -> Result<Arc<Vec<Value>>, ApiError>;
 
     /// `objects` converted to `def`'s version `desired`, as the registry converts them (the
     /// CRD's conversion webhook, or the same fields under the other `apiVersion`).

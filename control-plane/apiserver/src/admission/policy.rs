@@ -262,11 +262,11 @@ impl Admission for ValidatingAdmissionPolicy {
         if req.user.is_none() || req.def.group == GROUP {
             return Ok(Verdict::ok());
         }
-        let bindings = req.objects.admission_configs(&bdef.plural).await?;
+        let bindings = req.objects.admission_objects(GROUP, &bdef.plural).await?;
         if bindings.is_empty() {
             return Ok(Verdict::ok());
         }
-        let policies = req.objects.admission_configs(&pdef.plural).await?;
+        let policies = req.objects.admission_objects(GROUP, &pdef.plural).await?;
         let namespace = match (req.namespace, req.objects.resource("", "v1", "namespaces")) {
             (Some(ns), Some(def)) => req.objects.get(&def, None, ns).await.ok(),
             _ => None,

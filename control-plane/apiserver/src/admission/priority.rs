@@ -67,10 +67,12 @@ impl Priority {
             .as_str()
             .filter(|n| !n.is_empty())
             .map(str::to_string);
-        let classes = match classes_def(req) {
-            Some(def) => req.objects.list(&def, None).await?,
-            None => Vec::new(),
-        };
+        // Read for every pod: from the snapshot admission keeps of the kinds it reads on every
+        // write (one list per change of the classes, not one per pod).
+        let classes = req
+            .objects
+            .admission_objects(GROUP, "priorityclasses")
+            .await?;
         let (class_name, value, policy) = match &name {
             None => match default_class(&classes) {
                 Some(c) => (

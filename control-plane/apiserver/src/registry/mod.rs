@@ -280,19 +280,24 @@ impl Registry {
         }
     }
 
-    /// The objects of an admission configuration kind (`admissionregistration.k8s.io/v1`
-    /// `plural`), from a snapshot current with every write through this registry (see
-    /// `configs`); none when the kind is not served.
-    pub async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>> {
-        if let Some(items) = self.configs.fresh(plural) {
+    /// The objects of a kind admission reads on every write (`group/v1` `plural` of
+    /// `configs::GROUPS`: admission configurations, PriorityClasses), from a snapshot current
+    /// with every write through this registry (see `configs`); none when the kind is not
+    /// served or not one of those.
+    pub async fn admission_objects(&self, group: &str, plural: &str) -> Result<Arc<Vec<Value>>> {
+        if !configs::GROUPS.contains(&group) {
+            return Ok(Arc::default());
+        }
+        let kind = format!("{plural}.{group}");
+        if let Some(items) = self.configs.fresh(&kind) {
             return Ok(items);
         }
-        let Some(def) = self.resource(configs::GROUP, "v1", plural) else {
+        let Some(def) = self.resource(group, "v1", plural) else {
             return Ok(Arc::default());
         };
         let generation = self.configs.generation();
         let items = Arc::new(self.list(&def, None, &ListParams::default()).await?.items);
-        self.configs.keep(plural, generation, items.clone());
+        self.configs.keep(&kind, generation, items.clone());
         Ok(items)
     }
 
@@ -1331,8 +1336,8 @@ impl Objects for Registry {
             .items)
     }
 
-    async fn admission_configs(&self, plural: &str) -> Result<Arc<Vec<Value>>> {
-        Registry::admission_configs(self, plural).await
+    async fn admission_objects(&self, group: &str, plural: &str) -> Result<Arc<Vec<Value>>> {
+        Registry::admission_objects(self, group, plural).await
     }
 
     async fn convert(

@@ -109,7 +109,10 @@ impl Webhooks {
     }
 
     async fn hooks(&self, req: &Request<'_>, plural: &str) -> Result<Vec<Hook>, ApiError> {
-        let configs = req.objects.admission_configs(plural).await?;
+        let configs = req
+            .objects
+            .admission_objects("admissionregistration.k8s.io", plural)
+            .await?;
         let mut configs: Vec<&Value> = configs.iter().collect();
         configs.sort_by(|a, b| {
             a["metadata"]["name"]
