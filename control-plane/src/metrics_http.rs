@@ -44,7 +44,9 @@ pub async fn serve(listener: TcpListener, sources: Vec<Source>, mut stop: watch:
         let stream = match accepted {
             Ok((stream, _)) => stream,
             Err(e) => {
+                // Out of file descriptors and the like: pause rather than spin on the error.
                 tracing::debug!(error = %e, "metrics listener: accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                 continue;
             }
         };
