@@ -93,8 +93,9 @@ pub fn is_host_gpu_resource(name: &str) -> bool {
 pub const QUEUE_GATE: &str = "fabrik.dev/queue";
 
 /// Host pod annotation the GPU queue writes when it admits a pod: the time (nanoseconds since
-/// the epoch) and whether it was admitted on borrowed GPUs (`borrowed`) or within the
-/// guarantee (`guaranteed`), e.g. `1764928800000000000 guaranteed`.
+/// the epoch) and whether it was admitted within the guarantee (`guaranteed`), on borrowed GPUs
+/// (`borrowed`) or as backfill on GPUs nothing else could use then (`backfill`: the first to be
+/// preempted), e.g. `1764928800000000000 guaranteed`.
 pub const ANNOTATION_QUEUE_ADMITTED: &str = "fabrik.dev/queue-admitted";
 
 /// Host pod annotation the syncer writes on gated pods: when the tenant pod arrived

@@ -614,3 +614,131 @@ fn a_group_s_idle_guarantee_goes_to_its_own_members_first() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+/// A bare pod of `gpus` GPUs that runs `seconds` and ends.
+fn gpu_pod(name: &str, gpus: usize, seconds: u64) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{app: stream}}\n  \
+         annotations: {{sim.fabrik.dev/run-seconds: \"{seconds}\"}}\nspec:\n  restartPolicy: Never\n  \
+         containers: [{{name: main, image: trainer, resources: {{limits: {{nvidia.com/gpu: \"{gpus}\"}}}}}}]\n"
+    )
+}
+
+/// The tenant's pods: name → (phase, node).
+fn pod_states(
+    k: &e2e::Kubectl,
+    t: &std::path::Path,
+) -> Result<std::collections::BTreeMap<String, (String, String)>> {
+    let out = kc_ok(k, t, &["get", "pods", "-o", "json"])?;
+    let list: Value = serde_json::from_str(&out).context("pod list")?;
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            let s = |v: &Value| v.as_str().unwrap_or_default().to_string();
+            (
+                s(&p["metadata"]["name"]),
+                (s(&p["status"]["phase"]), s(&p["spec"]["nodeName"])),
+            )
+        })
+        .collect())
+}
+
+/// One team's 8-GPU job among a stream of its own 1-GPU pods: the small pods that arrive after
+/// it would take every GPU that frees up (they fit, it does not), so without a reservation it
+/// never starts. Past the starvation bound a node is reserved for it, small pods keep running
+/// elsewhere and as backfill, and it starts — on one node, its 8 GPUs one NVLink island —
+/// within the bound plus the longest run already on that node.
+#[test]
+fn an_8_gpu_job_among_a_stream_of_1_gpu_pods_starts_within_the_bound() {
+    let f = Fabrik::start_with(&["--nodes", "2", "--queue-starvation-seconds", "5"])
+        .expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let t = f.create_tenant("team", &["--gpus", "16", "--borrow-gpus", "16"])?;
+        // 16 small pods on the 16 GPUs, ending one by one over 8–23 s.
+        let fill: Vec<String> = (0..16)
+            .map(|i| gpu_pod(&format!("s-{i}"), 1, 8 + i))
+            .collect();
+        kc_apply_ok(&k, &t, &fill.join("---\n"))?;
+        poll_until("the 16 small pods running", WAIT, || {
+            Ok(pod_states(&k, &t)?
+                .values()
+                .filter(|(_, n)| !n.is_empty())
+                .count()
+                == 16)
+        })?;
+        kc_apply_ok(&k, &t, &gpu_pod("big", 8, 3600))?;
+        let asked = std::time::Instant::now();
+        // The stream: 1-GPU pods of 20 s, always four waiting, from now on.
+        let mut next = 16;
+        let mut started_before_big = 0;
+        let mut states = Default::default();
+        poll_until("the 8-GPU pod bound", Duration::from_secs(150), || {
+            states = pod_states(&k, &t)?;
+            if states.get("big").is_some_and(|(_, n)| !n.is_empty()) {
+                return Ok(true);
+            }
+            started_before_big = states
+                .iter()
+                .filter(|(name, (_, node))| {
+                    !node.is_empty()
+                        && name
+                            .strip_prefix("s-")
+                            .and_then(|i| i.parse::<u64>().ok())
+                            .is_some_and(|i| i >= 16)
+                })
+                .count();
+            let waiting = states
+                .iter()
+                .filter(|(name, (phase, node))| {
+                    name.starts_with("s-") && phase == "Pending" && node.is_empty()
+                })
+                .count();
+            let more: Vec<String> = (waiting..4)
+                .map(|_| {
+                    next += 1;
+                    gpu_pod(&format!("s-{next}"), 1, 20)
+                })
+                .collect();
+            if !more.is_empty() {
+                kc_apply_ok(&k, &t, &more.join("---\n"))?;
+            }
+            Ok(false)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        let waited = asked.elapsed();
+        // Bound: 5 s of starvation, the longest run on the reserved node (23 s), and the
+        // decisions, bindings and status updates of a loaded machine.
+        if waited > Duration::from_secs(90) {
+            bail!("the 8-GPU pod waited {waited:?}");
+        }
+        if started_before_big == 0 {
+            bail!("no small pod of the stream ran while the 8-GPU pod waited: {states:?}");
+        }
+        let node = states
+            .get("big")
+            .map(|(_, n)| n.clone())
+            .unwrap_or_default();
+        let host = f.data_dir().join("host.kubeconfig");
+        let islands = kc_ok(
+            &k,
+            &host,
+            &[
+                "get",
+                "node",
+                &node,
+                "-o",
+                r"jsonpath={.metadata.labels.fabrik\.dev/gpu-nvlink-islands}",
+            ],
+        )?;
+        if islands.trim() != "1" {
+            bail!("the 8-GPU pod's node {node} has {islands:?} NVLink islands");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

@@ -105,8 +105,13 @@ pub struct Admitted {
     pub priority: i32,
     /// When it was admitted (nanoseconds since the epoch; 0 when unknown).
     pub admitted_at: i128,
+    /// When it arrived, as [`Waiting::arrival`] (0 when unknown).
+    pub arrival: i128,
     /// Whether its pods are already being preempted or deleted.
     pub leaving: bool,
+    /// Whether it was admitted as backfill ([`Admission::backfill`]): the first to go when
+    /// GPUs are needed.
+    pub backfill: bool,
 }
 
 /// Platform-wide settings.
@@ -132,13 +137,18 @@ impl Default for Policy {
     }
 }
 
-/// A reservation for a starving workload: nodes no other workload is placed on.
+/// A reservation for a starving workload: nodes no other workload is placed on in queue order.
+/// Their idle GPUs may still take backfill, which is preempted as soon as it is all that stands
+/// between the workload and its nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     /// The workload's key.
     pub key: String,
     /// The nodes held for it.
     pub nodes: BTreeSet<String>,
+    /// When it was made (nanoseconds since the epoch): backfill placed on its nodes since then
+    /// is preempted once the nodes have drained but for it.
+    pub since: i128,
 }
 
 /// Everything one decision looks at.
@@ -154,8 +164,8 @@ pub struct Input {
     pub admitted: Vec<Admitted>,
     /// Workloads waiting, in any order.
     pub waiting: Vec<Waiting>,
-    /// The reservation of the previous decision, kept while its workload waits.
-    pub reservation: Option<Reservation>,
+    /// The reservations of the previous decision, each kept while its workload waits.
+    pub reservations: Vec<Reservation>,
     /// Now, in nanoseconds since the epoch.
     pub now: i128,
 }
@@ -171,6 +181,9 @@ pub struct Admission {
     pub placements: Vec<(String, String)>,
     /// Whether it holds GPUs beyond its tenant's guarantee.
     pub borrowed: bool,
+    /// Whether it is backfill: GPUs the queue would otherwise leave idle, beyond its tenant's
+    /// fair share or on nodes reserved for another workload — the first to be preempted.
+    pub backfill: bool,
 }
 
 /// A preemption: an admitted workload whose GPUs go back to their owner.
@@ -217,8 +230,8 @@ pub struct Decision {
     pub ahead: BTreeMap<String, Gpus>,
     /// Per tenant and resource.
     pub standings: BTreeMap<String, BTreeMap<String, Standing>>,
-    /// The reservation held after this decision.
-    pub reservation: Option<Reservation>,
+    /// The reservations held after this decision.
+    pub reservations: Vec<Reservation>,
 }
 
 fn sum<'a>(pods: impl Iterator<Item = &'a PodRequest>) -> Gpus {
@@ -294,6 +307,24 @@ impl Books<'_> {
 
     fn pending(&self, tenant: &str, r: &str) -> i64 {
         self.pending.get(tenant).map(|m| get(m, r)).unwrap_or(0)
+    }
+
+    /// Counts an admission of `w` in the books.
+    fn admitted(&mut self, w: &Waiting) {
+        for (r, n) in w.gpus() {
+            *self
+                .held
+                .entry(w.tenant.clone())
+                .or_default()
+                .entry(r.clone())
+                .or_insert(0) += n;
+            *self
+                .pending
+                .entry(w.tenant.clone())
+                .or_default()
+                .entry(r)
+                .or_insert(0) -= n;
+        }
     }
 
     /// Idle guarantee `t` keeps for itself (not lent) in `r`.
@@ -404,10 +435,13 @@ impl Books<'_> {
     }
 }
 
-/// Why a workload cannot be admitted now, and whether reclaim could help it.
+/// Why a workload cannot be admitted now, and whether reclaim or backfill could help it.
 enum Refusal {
     /// Its tenant's limits: wait until its own pods finish.
     Limit(String),
+    /// Its tenant is at its fair share while others below theirs wait: it may still backfill
+    /// GPUs nobody else can use now.
+    Share(String),
     /// Others hold the GPUs (reclaim may help when it is within its fair share).
     Capacity(String),
     /// No node has room (reservation may help).
@@ -417,7 +451,10 @@ enum Refusal {
 impl Refusal {
     fn message(&self) -> &str {
         match self {
-            Refusal::Limit(m) | Refusal::Capacity(m) | Refusal::Placement(m) => m,
+            Refusal::Limit(m)
+            | Refusal::Share(m)
+            | Refusal::Capacity(m)
+            | Refusal::Placement(m) => m,
         }
     }
 }
@@ -429,9 +466,13 @@ fn books(input: &Input) -> Books<'_> {
         pending: BTreeMap::new(),
     };
     for a in &input.admitted {
-        let e = books.held.entry(a.tenant.clone()).or_default();
         for (r, n) in sum(a.pods.iter().map(|p| &p.request)) {
-            *e.entry(r).or_insert(0) += n;
+            *books
+                .held
+                .entry(a.tenant.clone())
+                .or_default()
+                .entry(r)
+                .or_insert(0) += n;
         }
     }
     for w in &input.waiting {
@@ -446,7 +487,31 @@ fn books(input: &Input) -> Books<'_> {
 /// Fair shares: resource → tenant → devices.
 type FairShares = BTreeMap<String, BTreeMap<String, i64>>;
 
-/// One admission pass over the queues, with `reservation` honoured.
+/// Each tenant's workloads, in its queue order: by priority, then arrival.
+type Queues<'a> = BTreeMap<String, Vec<&'a Waiting>>;
+
+fn queues<'a>(waiting: impl Iterator<Item = &'a Waiting>) -> Queues<'a> {
+    let mut queues: Queues<'a> = BTreeMap::new();
+    for w in waiting {
+        queues.entry(w.tenant.clone()).or_default().push(w);
+    }
+    for q in queues.values_mut() {
+        q.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.arrival, w.key.clone()));
+    }
+    queues
+}
+
+/// How a pass tries workloads.
+#[derive(Clone, Copy)]
+enum Mode<'m> {
+    /// In queue order, within the fair shares, off the nodes reserved for other workloads.
+    Queue,
+    /// Backfill: on the GPUs the queue leaves idle, past the fair shares and on reserved
+    /// nodes too, never on `off` (nodes whose GPUs are spoken for).
+    Backfill { off: &'m BTreeSet<String> },
+}
+
+/// An admission pass: its admissions and refusals, and the books and nodes after them.
 struct Pass<'a> {
     books: Books<'a>,
     /// The nodes after its admissions.
@@ -456,40 +521,53 @@ struct Pass<'a> {
     blocked: BTreeMap<String, Vec<(Refusal, &'a Waiting)>>,
 }
 
-fn pass<'a>(input: &'a Input, fair: &FairShares, reservation: &Option<Reservation>) -> Pass<'a> {
-    let mut books = books(input);
+/// The queue-order pass over every waiting workload, with `reservations` honoured.
+fn pass<'a>(input: &'a Input, fair: &FairShares, reservations: &[Reservation]) -> Pass<'a> {
+    let mut run = Pass {
+        books: books(input),
+        nodes: input.nodes.clone(),
+        admit: Vec::new(),
+        blocked: BTreeMap::new(),
+    };
+    let queues = queues(input.waiting.iter());
+    admit_in_order(&mut run, fair, &queues, reservations, Mode::Queue);
+    run
+}
+
+/// Tries the heads of `queues` in turn — tenants within their guarantee first, then the least
+/// dominant borrowed share per weight, then arrival — admitting what fits into `run`; in queue
+/// mode what is refused is recorded.
+fn admit_in_order<'a>(
+    run: &mut Pass<'a>,
+    fair: &FairShares,
+    queues: &Queues<'a>,
+    reservations: &[Reservation],
+    mode: Mode<'_>,
+) {
+    let input = run.books.input;
     let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
-    // Queue order: within a tenant by priority, then arrival; across tenants, tenants within
-    // their guarantee first, then the least dominant borrowed share per weight.
-    let mut queues: BTreeMap<String, Vec<&Waiting>> = BTreeMap::new();
-    for w in &input.waiting {
-        queues.entry(w.tenant.clone()).or_default().push(w);
-    }
-    for q in queues.values_mut() {
-        q.sort_by_key(|w| (std::cmp::Reverse(w.priority), w.arrival, w.key.clone()));
-    }
-    let mut nodes = input.nodes.clone();
-    let mut admit = Vec::new();
-    let mut blocked: BTreeMap<String, Vec<(Refusal, &Waiting)>> = BTreeMap::new();
-    let mut cursor: BTreeMap<String, usize> = BTreeMap::new();
+    let mut cursor: BTreeMap<&str, usize> = BTreeMap::new();
+    // What each tenant's reserved workloads, refused in this pass, claim of its fair share: its
+    // workloads behind them in its queue may not take it.
+    let mut claimed: BTreeMap<String, Gpus> = BTreeMap::new();
     loop {
-        let mut best: Option<((bool, i64, i128), &Waiting)> = None;
-        for (tenant, q) in &queues {
-            let i = cursor.get(tenant).copied().unwrap_or(0);
+        let mut best: Option<((bool, i64, i128), &'a Waiting)> = None;
+        for (tenant, q) in queues {
+            let i = cursor.get(tenant.as_str()).copied().unwrap_or(0);
             let Some(w) = q.get(i) else { continue };
-            let Some(t) = books.tenant(tenant) else {
+            let Some(t) = run.books.tenant(tenant) else {
                 continue;
             };
             let gpus = w.gpus();
             let within = gpus
                 .iter()
-                .all(|(r, n)| books.held(tenant, r) + n <= t.guaranteed(r));
+                .all(|(r, n)| run.books.held(tenant, r) + n <= t.guaranteed(r));
             // Dominant borrowed share per weight (parts per million of capacity).
             let share = gpus
                 .keys()
                 .map(|r| {
                     let cap = get(&input.capacity, r).max(1);
-                    let over = (books.held(tenant, r) - t.guaranteed(r)).max(0);
+                    let over = (run.books.held(tenant, r) - t.guaranteed(r)).max(0);
                     over * 1_000_000 / cap / t.weight.max(1)
                 })
                 .max()
@@ -500,30 +578,37 @@ fn pass<'a>(input: &'a Input, fair: &FairShares, reservation: &Option<Reservatio
             }
         }
         let Some((_, w)) = best else { break };
-        *cursor.entry(w.tenant.clone()).or_insert(0) += 1;
-        match try_admit(&books, &fair_of, w, &mut nodes, reservation) {
+        *cursor.entry(w.tenant.as_str()).or_insert(0) += 1;
+        let claim = claimed.get(&w.tenant).cloned().unwrap_or_default();
+        let tried = try_admit(
+            &run.books,
+            &fair_of,
+            w,
+            &mut run.nodes,
+            reservations,
+            mode,
+            &claim,
+        );
+        match tried {
             Ok(admission) => {
-                let held = books.held.entry(w.tenant.clone()).or_default();
-                for (r, n) in w.gpus() {
-                    *held.entry(r).or_insert(0) += n;
-                }
-                let pending = books.pending.entry(w.tenant.clone()).or_default();
-                for (r, n) in w.gpus() {
-                    *pending.entry(r).or_insert(0) -= n;
-                }
-                admit.push(admission);
+                run.books.admitted(w);
+                run.admit.push(admission);
             }
-            Err(refusal) => blocked
-                .entry(w.tenant.clone())
-                .or_default()
-                .push((refusal, w)),
+            Err(refusal) => {
+                if matches!(mode, Mode::Queue) {
+                    if reservations.iter().any(|r| r.key == w.key) {
+                        let c = claimed.entry(w.tenant.clone()).or_default();
+                        for (r, n) in w.gpus() {
+                            *c.entry(r).or_insert(0) += n;
+                        }
+                    }
+                    run.blocked
+                        .entry(w.tenant.clone())
+                        .or_default()
+                        .push((refusal, w));
+                }
+            }
         }
-    }
-    Pass {
-        books,
-        nodes,
-        admit,
-        blocked,
     }
 }
 
@@ -542,60 +627,144 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .collect();
     let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
 
-    // The reservation: kept while its workload waits; a new one for the longest-waiting
-    // workload its tenant's share allows but no node has room for (then the pass is run
-    // again, so that nothing new goes to the reserved nodes).
-    let mut reservation = input
-        .reservation
-        .clone()
-        .filter(|r| input.waiting.iter().any(|w| w.key == r.key));
-    let mut run = pass(input, &fair, &reservation);
-    // A reservation holds only while its workload waits for room within its tenant's share
-    // (refused by its limits, it would hold nodes empty for nothing).
-    let within_share = |w: &Waiting, books: &Books<'_>| {
+    // Reservations: each kept while its workload waits for room within its tenant's share
+    // (refused by its limits, it would hold nodes for nothing); a new one for every workload its
+    // share allows that has waited past the starvation bound for room, oldest first, on nodes
+    // no other reservation holds — beyond the first, while at most half the nodes are
+    // reserved. The pass is run again whenever they change, so that nothing new goes to
+    // reserved nodes in queue order.
+    // Below its tenant's fair share at its turn: not counting what its own later workloads,
+    // which overtook it, hold.
+    let within_share = |w: &Waiting, run: &Pass<'_>| {
+        let overtook = overtaken(input, run, w);
         w.gpus()
             .keys()
-            .all(|r| books.held(&w.tenant, r) < fair_of(&w.tenant, r))
+            .all(|r| run.books.held(&w.tenant, r) - get(&overtook, r) < fair_of(&w.tenant, r))
     };
-    if let Some(r) = &reservation {
-        let still = run.blocked.values().flatten().any(|(refusal, w)| {
-            w.key == r.key
-                && matches!(refusal, Refusal::Placement(_))
-                && within_share(w, &run.books)
-        });
-        if !still && !run.admit.iter().any(|a| a.key == r.key) {
-            reservation = None;
-            run = pass(input, &fair, &reservation);
+    // Made when it is being overtaken: refused for room on the nodes though the GPUs it needs
+    // are free in all (smaller workloads take the pieces), or refused only because its own
+    // tenant's later workloads hold the GPUs; kept while it is refused for room or because
+    // others hold the GPUs (its nodes are draining).
+    let starving_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| match refusal {
+        Refusal::Placement(_) => within_share(w, run),
+        Refusal::Capacity(_) => {
+            let overtook = overtaken(input, run, w);
+            within_share(w, run)
+                && w.gpus().iter().all(|(r, n)| {
+                    let others: i64 = input
+                        .tenants
+                        .iter()
+                        .filter(|o| o.name != w.tenant)
+                        .map(|o| run.books.held(&o.name, r) + run.books.protected(o, r))
+                        .sum();
+                    let own = run.books.held(&w.tenant, r) - get(&overtook, r);
+                    get(&overtook, r) > 0 && get(&input.capacity, r) - others - own >= *n
+                })
         }
-    }
-    if reservation.is_none() {
-        let starving = run
-            .blocked
-            .values()
-            .flatten()
-            .filter(|(r, w)| {
-                matches!(r, Refusal::Placement(_))
-                    && input.now - w.arrival >= policy.starvation_after
-                    && within_share(w, &run.books)
-            })
-            .min_by_key(|(_, w)| (w.arrival, w.key.clone()))
-            .map(|(_, w)| *w);
-        if let Some(w) = starving {
-            reservation = reserve(&input.nodes, w);
-            if reservation.is_some() {
-                run = pass(input, &fair, &reservation);
-            }
-        }
-    }
-    if run
-        .admit
+        _ => false,
+    };
+    let waiting_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| {
+        matches!(refusal, Refusal::Placement(_) | Refusal::Capacity(_)) && within_share(w, run)
+    };
+    let mut reservations: Vec<Reservation> = input
+        .reservations
         .iter()
-        .any(|a| reservation.as_ref().is_some_and(|r| r.key == a.key))
-    {
-        reservation = None;
+        .filter(|r| input.waiting.iter().any(|w| w.key == r.key))
+        .cloned()
+        .collect();
+    let mut run = pass(input, &fair, &reservations);
+    let kept = reservations.len();
+    reservations.retain(|r| {
+        run.admit.iter().any(|a| a.key == r.key)
+            || run
+                .blocked
+                .values()
+                .flatten()
+                .any(|(refusal, w)| w.key == r.key && waiting_for_room(&run, w, refusal))
+    });
+    if reservations.len() != kept {
+        run = pass(input, &fair, &reservations);
     }
+    let mut starving: Vec<&Waiting> = run
+        .blocked
+        .values()
+        .flatten()
+        .filter(|(refusal, w)| {
+            starving_for_room(&run, w, refusal)
+                && input.now - w.arrival >= policy.starvation_after
+                && !reservations.iter().any(|r| r.key == w.key)
+        })
+        .map(|(_, w)| *w)
+        .collect();
+    starving.sort_by_key(|w| (w.arrival, w.key.clone()));
+    let schedulable = input.nodes.iter().filter(|n| n.schedulable).count();
+    let mut added = false;
+    for w in starving {
+        let held: BTreeSet<String> = reservations
+            .iter()
+            .flat_map(|r| r.nodes.iter().cloned())
+            .collect();
+        let Some(r) = reserve(&input.nodes, w, &held, input.now) else {
+            continue;
+        };
+        if !reservations.is_empty() && (held.len() + r.nodes.len()) * 2 > schedulable {
+            break;
+        }
+        reservations.push(r);
+        added = true;
+    }
+    if added {
+        run = pass(input, &fair, &reservations);
+    }
+    reservations.retain(|r| !run.admit.iter().any(|a| a.key == r.key));
 
     let mut decision = Decision::default();
+    // Nodes whose GPUs this decision has spoken for: backfill stays off them.
+    let mut spoken_for: BTreeSet<String> = BTreeSet::new();
+    if policy.reclaim {
+        let (preempt, nodes) = reclaim(
+            &run.books,
+            &fair_of,
+            &run.blocked,
+            &run.nodes,
+            &reservations,
+        );
+        decision.preempt = preempt;
+        spoken_for.extend(nodes);
+    }
+    for r in &reservations {
+        let (preempt, nodes) = drain(input, r, &run.nodes, &decision.preempt);
+        decision.preempt.extend(preempt);
+        spoken_for.extend(nodes);
+    }
+
+    // Backfill: what the queue-order pass refused for its tenant's fair share or for room off
+    // the reserved nodes may still take GPUs nothing else can use now — it is the first to be
+    // preempted (by reclaim, or when a reservation's nodes have drained but for it).
+    let reserved: BTreeSet<&str> = reservations.iter().map(|r| r.key.as_str()).collect();
+    let candidates = queues(
+        run.blocked
+            .values()
+            .flatten()
+            .filter(|(refusal, w)| {
+                matches!(refusal, Refusal::Share(_) | Refusal::Placement(_))
+                    && !reserved.contains(w.key.as_str())
+            })
+            .map(|(_, w)| *w),
+    );
+    let before = run.admit.len();
+    admit_in_order(
+        &mut run,
+        &fair,
+        &candidates,
+        &reservations,
+        Mode::Backfill { off: &spoken_for },
+    );
+    let backfilled: BTreeSet<String> = run.admit[before..].iter().map(|a| a.key.clone()).collect();
+    for refused in run.blocked.values_mut() {
+        refused.retain(|(_, w)| !backfilled.contains(&w.key));
+    }
+
     for (tenant, refused) in &run.blocked {
         let behind = refused.len();
         let mut ahead = Gpus::new();
@@ -609,11 +778,8 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 of: behind,
                 ahead: &ahead,
             };
-            tell_waiting(&mut decision, &at, refusal, w, &reservation);
+            tell_waiting(&mut decision, &at, refusal, w, &reservations);
         }
-    }
-    if policy.reclaim {
-        decision.preempt = reclaim(&run.books, &fair_of, &run.blocked, &run.nodes);
     }
     let books = &run.books;
     for r in &resources {
@@ -663,7 +829,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         decision.standings.entry(t.name.clone()).or_default();
     }
     decision.admit = run.admit;
-    decision.reservation = reservation;
+    decision.reservations = reservations;
     decision
 }
 
@@ -682,7 +848,7 @@ fn tell_waiting(
     at: &Place<'_>,
     refusal: &Refusal,
     w: &Waiting,
-    reservation: &Option<Reservation>,
+    reservations: &[Reservation],
 ) {
     let Place {
         tenant,
@@ -699,7 +865,7 @@ fn tell_waiting(
         ),
         None => refusal.message().to_string(),
     };
-    if let Some(r) = reservation.as_ref().filter(|r| r.key == w.key) {
+    if let Some(r) = reservations.iter().find(|r| r.key == w.key) {
         let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
         message.push_str(&format!(
             "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
@@ -716,13 +882,16 @@ fn tell_waiting(
     }
 }
 
-/// Admits `w` if its tenant's limits, the others' shares and the nodes allow it.
+/// Admits `w` if its tenant's limits, the others' shares and the nodes allow it (in backfill
+/// mode: past the fair shares, and on reserved nodes when nothing else has room for it).
 fn try_admit(
     books: &Books<'_>,
     fair_of: &dyn Fn(&str, &str) -> i64,
     w: &Waiting,
     nodes: &mut [NodeView],
-    reservation: &Option<Reservation>,
+    reservations: &[Reservation],
+    mode: Mode<'_>,
+    claim: &Gpus,
 ) -> Result<Admission, Refusal> {
     let input = books.input;
     let Some(t) = books.tenant(&w.tenant) else {
@@ -736,6 +905,7 @@ fn try_admit(
         )));
     }
     let gpus = w.gpus();
+    let backfill = matches!(mode, Mode::Backfill { .. });
     let mut borrowed = false;
     for (r, n) in &gpus {
         let held = books.held(&t.name, r);
@@ -782,9 +952,14 @@ fn try_admit(
                 }
             )));
         }
-        if after > t.guaranteed(r) {
-            borrowed = true;
-            // Beyond its fair share only while nobody below theirs waits for this resource.
+        borrowed |= after > t.guaranteed(r);
+        // In queue order, beyond its guarantee and its fair share only while nobody below
+        // theirs waits for this resource; what its own reserved workloads ahead in its queue
+        // will need counts as held.
+        let claimed = get(claim, r);
+        let queued = held + claimed;
+        let fair = fair_of(&t.name, r);
+        if queued + n > t.guaranteed(r) && queued + n > fair && !backfill {
             let contended = input.tenants.iter().any(|o| {
                 o.name != t.name
                     && books.pending(&o.name, r) > 0
@@ -793,38 +968,67 @@ fn try_admit(
             // A tenant still below its share may take one workload past it: a workload
             // larger than its share would otherwise never run under contention (reclaim
             // never takes it below its share, so this does not bounce).
-            let below = held < fair_of(&t.name, r);
-            if contended && after > fair_of(&t.name, r) && !below {
-                return Err(Refusal::Limit(format!(
-                    "tenant {} is at its fair share of {r} ({}) while other tenants wait",
+            let below = claimed == 0 && queued < fair;
+            if contended && !below {
+                let kept = if claimed > 0 {
+                    format!(", {claimed} of it kept for its own reserved workload")
+                } else {
+                    String::new()
+                };
+                return Err(Refusal::Share(format!(
+                    "tenant {} is at its fair share of {r} ({fair}{kept}) while other tenants wait",
                     t.name,
-                    fair_of(&t.name, r)
                 )));
             }
         }
     }
-    // Placement, all or nothing, off the reserved nodes unless it is the reservation's.
-    let held_for_other = reservation
-        .as_ref()
+    // Placement, all or nothing, off the nodes reserved for other workloads (in backfill mode,
+    // on them too when nothing else has room, never on the nodes spoken for).
+    let reserved: BTreeSet<String> = reservations
+        .iter()
         .filter(|r| r.key != w.key)
-        .map(|r| r.nodes.clone())
-        .unwrap_or_default();
+        .flat_map(|r| r.nodes.iter().cloned())
+        .collect();
+    let (placements, after) = match mode {
+        Mode::Queue => place_off(nodes, w, &reserved),
+        Mode::Backfill { off } => {
+            let both: BTreeSet<String> = reserved.union(off).cloned().collect();
+            place_off(nodes, w, &both).or_else(|_| place_off(nodes, w, off))
+        }
+    }
+    .map_err(Refusal::Placement)?;
+    nodes.clone_from_slice(&after);
+    Ok(Admission {
+        key: w.key.clone(),
+        tenant: w.tenant.clone(),
+        placements,
+        borrowed,
+        backfill,
+    })
+}
+
+/// Where each pod of a workload goes — (pod, node) — and the nodes after.
+type Placed = (Vec<(String, String)>, Vec<NodeView>);
+
+/// Places every pod of `w` on the nodes not in `off`, all or nothing; or says why not, as a
+/// waiting pod is told.
+fn place_off(nodes: &[NodeView], w: &Waiting, off: &BTreeSet<String>) -> Result<Placed, String> {
     // Not enough free anywhere: no need to try the nodes one by one.
-    for (r, n) in &gpus {
+    for (r, n) in &w.gpus() {
         let free: i64 = nodes
             .iter()
-            .filter(|v| v.schedulable && !held_for_other.contains(&v.name))
+            .filter(|v| v.schedulable && !off.contains(&v.name))
             .map(|v| get(&v.free, r))
             .sum();
         if free < *n {
-            return Err(Refusal::Placement(format!(
+            return Err(format!(
                 "no room on the nodes: {free} {r} free, {n} asked for"
-            )));
+            ));
         }
     }
     let mut trial: Vec<NodeView> = nodes.to_vec();
     for n in trial.iter_mut() {
-        if held_for_other.contains(&n.name) {
+        if off.contains(&n.name) {
             n.schedulable = false;
         }
     }
@@ -846,32 +1050,60 @@ fn try_admit(
                 } else {
                     reason
                 };
-                return Err(Refusal::Placement(format!("no room on the nodes: {what}")));
+                return Err(format!("no room on the nodes: {what}"));
             }
         }
     }
     for (n, before) in trial.iter_mut().zip(nodes.iter()) {
         n.schedulable = before.schedulable;
     }
-    nodes.clone_from_slice(&trial);
-    Ok(Admission {
-        key: w.key.clone(),
-        tenant: w.tenant.clone(),
-        placements,
-        borrowed,
-    })
+    Ok((placements, trial))
+}
+
+/// What `w`'s tenant holds that overtook `w`: its workloads behind it in its queue (no higher
+/// priority, later arrival) admitted while it waited, this decision's admissions included.
+fn overtaken(input: &Input, run: &Pass<'_>, w: &Waiting) -> Gpus {
+    let turn = (std::cmp::Reverse(w.priority), w.arrival);
+    let earlier = input
+        .admitted
+        .iter()
+        .filter(|a| {
+            a.tenant == w.tenant
+                && a.admitted_at > w.arrival
+                && (std::cmp::Reverse(a.priority), a.arrival) > turn
+        })
+        .map(|a| sum(a.pods.iter().map(|p| &p.request)));
+    let now = run
+        .admit
+        .iter()
+        .filter(|a| a.tenant == w.tenant)
+        .filter_map(|a| input.waiting.iter().find(|x| x.key == a.key))
+        .filter(|x| (std::cmp::Reverse(x.priority), x.arrival) > turn)
+        .map(Waiting::gpus);
+    let mut out = Gpus::new();
+    for gpus in earlier.chain(now) {
+        for (r, n) in gpus {
+            *out.entry(r).or_insert(0) += n;
+        }
+    }
+    out
 }
 
 /// The nodes to hold for a starving workload: for each pod, the node with the most devices of
 /// what it asks for (free or busy) that could ever hold it, so that what runs there drains
-/// into room for it.
-fn reserve(nodes: &[NodeView], w: &Waiting) -> Option<Reservation> {
+/// into room for it; never one of `taken` (held for other workloads).
+fn reserve(
+    nodes: &[NodeView],
+    w: &Waiting,
+    taken: &BTreeSet<String>,
+    now: i128,
+) -> Option<Reservation> {
     let mut chosen = BTreeSet::new();
     for p in &w.pods {
         let gpus = sum(std::iter::once(p));
         let best = nodes
             .iter()
-            .filter(|n| n.schedulable && !chosen.contains(&n.name))
+            .filter(|n| n.schedulable && !chosen.contains(&n.name) && !taken.contains(&n.name))
             .filter(|n| {
                 gpus.iter().all(|(r, want)| {
                     n.devices.iter().filter(|d| &d.resource == r).count() as i64 >= *want
@@ -886,6 +1118,7 @@ fn reserve(nodes: &[NodeView], w: &Waiting) -> Option<Reservation> {
     Some(Reservation {
         key: w.key.clone(),
         nodes: chosen,
+        since: now,
     })
 }
 
@@ -903,15 +1136,18 @@ fn release(view: &mut [NodeView], pod: &HeldPod) {
     }
 }
 
-/// Preemptions that give tenants below their fair share the GPUs borrowers hold beyond theirs.
+/// Preemptions that give tenants below their fair share the GPUs borrowers hold beyond theirs,
+/// and the nodes whose GPUs they are for (the ones freed, and the ones coming back anyway).
 fn reclaim(
     books: &Books<'_>,
     fair_of: &dyn Fn(&str, &str) -> i64,
     blocked: &BTreeMap<String, Vec<(Refusal, &Waiting)>>,
     nodes: &[NodeView],
-) -> Vec<Preemption> {
+    reservations: &[Reservation],
+) -> (Vec<Preemption>, BTreeSet<String>) {
     let input = books.input;
     let mut out: Vec<Preemption> = Vec::new();
+    let mut spoken_for: BTreeSet<String> = BTreeSet::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
     // What each borrower holds beyond its fair share, per resource, as preemption shrinks it.
     let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
@@ -951,8 +1187,16 @@ fn reclaim(
             for (r, n) in &gpus {
                 *gaining.entry(r.clone()).or_insert(0) += n;
             }
-            if let Some(after) = place(&view, w) {
-                view = after; // room on its way back already: spoken for
+            // Never on nodes reserved for other workloads (it could not be admitted there).
+            let elsewhere: BTreeSet<String> = reservations
+                .iter()
+                .filter(|r| r.key != w.key)
+                .flat_map(|r| r.nodes.iter().cloned())
+                .collect();
+            if let Ok((placements, after)) = place_off(&view, w, &elsewhere) {
+                // Room on its way back already: spoken for.
+                view = after;
+                spoken_for.extend(placements.into_iter().map(|(_, node)| node));
                 continue;
             }
             // Victims: workloads of tenants above their fair share in what it needs, lowest
@@ -969,8 +1213,17 @@ fn reclaim(
                         .any(|r| gpus.contains_key(r))
                 })
                 .collect();
-            victims.sort_by_key(|a| (a.priority, std::cmp::Reverse(a.admitted_at), a.key.clone()));
-            let mut best: Option<(i64, Vec<&Admitted>, Vec<NodeView>)> = None;
+            // Backfill first: it was admitted on that understanding.
+            victims.sort_by_key(|a| {
+                (
+                    !a.backfill,
+                    a.priority,
+                    std::cmp::Reverse(a.admitted_at),
+                    a.key.clone(),
+                )
+            });
+            type Room<'v> = (i64, Vec<&'v Admitted>, Vec<(String, String)>, Vec<NodeView>);
+            let mut best: Option<Room<'_>> = None;
             for node in view
                 .iter()
                 .filter(|n| n.schedulable)
@@ -1004,23 +1257,25 @@ fn reclaim(
                         release(&mut trial, p);
                     }
                     chosen.push(v);
-                    placed = place(&trial, w);
+                    placed = place_off(&trial, w, &elsewhere).ok();
                     if placed.is_some() {
                         break;
                     }
                 }
-                if let Some(after) = placed {
-                    if best.as_ref().is_none_or(|(f, _, _)| freed < *f) {
-                        best = Some((freed, chosen, after));
+                if let Some((placements, after)) = placed {
+                    if best.as_ref().is_none_or(|(f, _, _, _)| freed < *f) {
+                        best = Some((freed, chosen, placements, after));
                     }
                 }
             }
             // Preempting would not make room: take nothing for it.
-            let Some((_, chosen, after)) = best else {
+            let Some((_, chosen, placements, after)) = best else {
                 continue;
             };
             view = after;
+            spoken_for.extend(placements.into_iter().map(|(_, node)| node));
             for v in chosen {
+                spoken_for.extend(v.pods.iter().map(|p| p.node.clone()));
                 for (r, n) in sum(v.pods.iter().map(|p| &p.request)) {
                     if let Some(o) = over.get_mut(&(v.tenant.clone(), r)) {
                         *o -= n;
@@ -1043,21 +1298,75 @@ fn reclaim(
             }
         }
     }
-    out
+    (out, spoken_for)
+}
+
+/// When a reservation's nodes have drained but for backfill, the backfill that stands in its
+/// workload's way, newest first; and the reserved
+/// nodes, spoken for once the workload fits there (now, or when what is leaving has gone).
+fn drain(
+    input: &Input,
+    r: &Reservation,
+    nodes: &[NodeView],
+    preempted: &[Preemption],
+) -> (Vec<Preemption>, BTreeSet<String>) {
+    let Some(w) = input.waiting.iter().find(|w| w.key == r.key) else {
+        return (Vec::new(), BTreeSet::new());
+    };
+    let going = |a: &Admitted| a.leaving || preempted.iter().any(|p| p.key == a.key);
+    let mut view = nodes.to_vec();
+    for a in input.admitted.iter().filter(|a| going(a)) {
+        for p in &a.pods {
+            release(&mut view, p);
+        }
+    }
+    let off: BTreeSet<String> = view
+        .iter()
+        .filter(|n| !r.nodes.contains(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    if place_off(&view, w, &off).is_ok() {
+        return (Vec::new(), r.nodes.clone());
+    }
+    let mut backfill: Vec<&Admitted> = input
+        .admitted
+        .iter()
+        .filter(|a| a.backfill && !going(a) && a.admitted_at >= r.since)
+        .filter(|a| a.pods.iter().any(|p| r.nodes.contains(&p.node)))
+        .collect();
+    backfill.sort_by_key(|a| (std::cmp::Reverse(a.admitted_at), a.key.clone()));
+    let mut chosen = Vec::new();
+    for a in backfill {
+        for p in &a.pods {
+            release(&mut view, p);
+        }
+        chosen.push(a);
+        if place_off(&view, w, &off).is_ok() {
+            let on: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
+            let preempt = chosen
+                .iter()
+                .map(|a| Preemption {
+                    key: a.key.clone(),
+                    tenant: a.tenant.clone(),
+                    pods: a.pods.iter().map(|p| p.request.name.clone()).collect(),
+                    message: format!(
+                        "preempted by Fabrik's GPU queue: it ran as backfill on node(s) {}, \
+                         reserved for {} of tenant {}, which waited past the starvation bound; \
+                         those nodes have drained but for backfill",
+                        on.join(", "),
+                        w.key,
+                        w.tenant
+                    ),
+                })
+                .collect();
+            return (preempt, r.nodes.clone());
+        }
+    }
+    (Vec::new(), BTreeSet::new())
 }
 
 /// How many of one tenant's waiting workloads reclaim serves in one decision.
 const RECLAIM_ROUNDS: usize = 16;
-
-/// The nodes after placing every pod of `w`, or `None` when one does not fit.
-fn place(nodes: &[NodeView], w: &Waiting) -> Option<Vec<NodeView>> {
-    let mut trial = nodes.to_vec();
-    for p in &w.pods {
-        let placement = fit::choose(&trial, p).ok()?;
-        fit::commit(&mut trial, p, &placement);
-    }
-    Some(trial)
-}
 
 /// The node label admitted pods are pinned by.
 pub const HOSTNAME: &str = "kubernetes.io/hostname";
@@ -1174,7 +1483,9 @@ mod tests {
                     pods,
                     priority: 0,
                     admitted_at: 1,
+                    arrival: w.arrival,
                     leaving: false,
+                    backfill: a.backfill,
                 }
             })
             .collect()
@@ -1204,7 +1515,9 @@ mod tests {
             }],
             priority: 0,
             admitted_at: at,
+            arrival: at,
             leaving: false,
+            backfill: false,
         }
     }
 
@@ -1255,12 +1568,13 @@ mod tests {
         i.admitted = admitted;
         i.now = 600 * 1_000_000_000;
         // Even one kept from an earlier decision is dropped.
-        i.reservation = Some(Reservation {
+        i.reservations = vec![Reservation {
             key: "fabrik-t/big".into(),
             nodes: BTreeSet::from(["n1".to_string()]),
-        });
+            since: 0,
+        }];
         let d = decide(&i, &Policy::default());
-        assert_eq!(d.reservation, None);
+        assert_eq!(d.reservations, vec![]);
     }
 
     #[test]
@@ -1430,10 +1744,12 @@ mod tests {
         i.now = 30 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
         assert_eq!(d.admit.len(), 4, "not starving yet: small jobs backfill");
-        assert!(d.reservation.is_none());
+        assert!(d.reservations.is_empty());
         i.now = 61 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
-        let r = d.reservation.clone().expect("reserved");
+        let [r] = d.reservations.as_slice() else {
+            panic!("one reservation: {:?}", d.reservations)
+        };
         assert_eq!(r.key, "fabrik-a/big");
         assert_eq!(r.nodes.len(), 1);
         // Small jobs go to the other node only.
@@ -1449,5 +1765,209 @@ mod tests {
             "{}",
             d.waiting["fabrik-a/big"]
         );
+    }
+
+    #[test]
+    fn idle_gpus_go_to_backfill_past_the_fair_share_and_are_the_first_taken_back() {
+        // Two nodes of 8. a holds 8 (its fair share) on one; b holds 1 on the other and waits
+        // for 8, which no node has; a waits for four more. The 7 idle GPUs go to a as backfill.
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let a_big = hold(&mut nodes, "a", "a-big", 8, 0);
+        let b_one = hold(&mut nodes, "b", "b-one", 1, 0);
+        let other = b_one.pods[0].node.clone();
+        let tenants = vec![tenant("a", 8, 8), tenant("b", 8, 8)];
+        let mut w: Vec<Waiting> = (0..4)
+            .map(|k| waiting("a", &format!("a{k}"), 1, 10 + k))
+            .collect();
+        w.push(waiting("b", "b-big", 8, 5));
+        let mut i = input(tenants.clone(), nodes.clone(), w.clone());
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = vec![a_big.clone(), b_one];
+        let d = decide(&i, &Policy::default());
+        assert_eq!(d.admit.len(), 4, "{:?}", d.waiting);
+        assert!(d
+            .admit
+            .iter()
+            .all(|a| a.backfill && a.placements[0].1 == other));
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert_eq!(d.standings["a"]["nvidia.com/gpu"].fair_share, 8);
+        assert!(d.waiting.contains_key("fabrik-b/b-big"));
+
+        // b's pod ends: its 8-GPU job needs the node a's backfill is on. Reclaim takes the
+        // backfill, not a's older workload (which alone would also have made room).
+        let mut placed = vec![node("n1", 8), node("n2", 8)];
+        let a_big = hold(&mut placed, "a", "a-big", 8, 0);
+        let mut admitted = admitted_from(&d, &i, &mut placed);
+        admitted.push(a_big);
+        let mut i2 = input(tenants, placed.clone(), vec![waiting("b", "b-big", 8, 5)]);
+        i2.capacity.insert("nvidia.com/gpu".into(), 16);
+        i2.admitted = admitted;
+        i2.nodes = placed;
+        let d2 = decide(&i2, &Policy::default());
+        let mut taken: Vec<&str> = d2.preempt.iter().map(|p| p.key.as_str()).collect();
+        taken.sort();
+        assert_eq!(
+            taken,
+            vec!["fabrik-a/a0", "fabrik-a/a1", "fabrik-a/a2", "fabrik-a/a3"]
+        );
+    }
+
+    #[test]
+    fn a_reservation_s_nodes_drain_of_backfill_once_only_backfill_stands_in_the_way() {
+        // n1 is full with o's own work; on n2, o runs backfill placed before the reservation
+        // (early, 1 GPU) and since (late, 2 GPUs). t's 8-GPU job holds n2 since t = 100 s.
+        let s = 1_000_000_000i128;
+        let setup = |with_early: bool| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut admitted = vec![hold(&mut nodes, "o", "o-full", 8, 0)];
+            if with_early {
+                let mut early = hold(&mut nodes, "o", "o-early", 1, 50 * s);
+                early.backfill = true;
+                admitted.push(early);
+            }
+            let mut late = hold(&mut nodes, "o", "o-late", 2, 150 * s);
+            late.backfill = true;
+            admitted.push(late);
+            let mut i = input(
+                vec![tenant("t", 8, 8), tenant("o", 8, 8)],
+                nodes,
+                vec![waiting("t", "big", 8, 0), waiting("o", "more", 1, 10 * s)],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 16);
+            i.admitted = admitted;
+            i.now = 200 * s;
+            i.reservations = vec![Reservation {
+                key: "fabrik-t/big".into(),
+                nodes: BTreeSet::from(["n2".to_string()]),
+                since: 100 * s,
+            }];
+            // Reclaim (o is above its fair share) would take the backfill anyway: off, to see
+            // the reservation alone.
+            let policy = Policy {
+                reclaim: false,
+                ..Policy::default()
+            };
+            decide(&i, &policy)
+        };
+        // The early backfill still stands in the way, and it was there before the
+        // reservation: nothing is preempted yet, the reservation holds (though the GPUs are
+        // all held, the job waits for its nodes to drain).
+        let d = setup(true);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert_eq!(d.reservations.len(), 1, "{:?}", d.waiting);
+        // Once it ends, only the late backfill stands in the way: it is preempted, and the
+        // drained node takes no new backfill meanwhile.
+        let d = setup(false);
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-o/o-late"]);
+        assert!(
+            d.preempt[0]
+                .message
+                .contains("ran as backfill on node(s) n2"),
+            "{}",
+            d.preempt[0].message
+        );
+        assert!(d.admit.is_empty(), "{:?}", d.admit);
+        assert_eq!(d.reservations.len(), 1);
+    }
+
+    #[test]
+    fn starving_workloads_get_a_reservation_each_on_up_to_half_the_nodes() {
+        // Four nodes of 8, each with 1 GPU busy: three 8-GPU jobs have starved.
+        let mut nodes: Vec<NodeView> = (1..=4).map(|k| node(&format!("n{k}"), 8)).collect();
+        let admitted: Vec<Admitted> = (0..4)
+            .map(|k| hold(&mut nodes[k..=k], "a", &format!("one{k}"), 1, 0))
+            .collect();
+        let w: Vec<Waiting> = (0..3)
+            .map(|k| waiting("a", &format!("big{k}"), 8, k))
+            .collect();
+        let mut i = input(vec![tenant("a", 32, 0)], nodes, w);
+        i.capacity.insert("nvidia.com/gpu".into(), 32);
+        i.admitted = admitted;
+        i.now = 61 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        let keys: Vec<&str> = d.reservations.iter().map(|r| r.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            vec!["fabrik-a/big0", "fabrik-a/big1"],
+            "oldest first: {:?}",
+            d.waiting
+        );
+        let all: BTreeSet<&String> = d.reservations.iter().flat_map(|r| &r.nodes).collect();
+        assert_eq!(all.len(), 2, "disjoint: {:?}", d.reservations);
+        assert!(d.waiting["fabrik-a/big2"].contains("no room"));
+        assert!(!d.waiting["fabrik-a/big2"].contains("reserved"));
+    }
+
+    #[test]
+    fn a_reserved_workload_keeps_its_share_from_its_own_later_workloads() {
+        // a (fair share 8) holds 4 and waits for an 8-GPU job that fits no node; b, below its
+        // share, waits. a's later 4-GPU job fits a's share alone and is admitted in queue
+        // order while the 8-GPU job has not starved — once it has a reservation, it keeps 8 of
+        // a's share: the later job only backfills (the first to be preempted).
+        let later = |reserved: bool| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let a_run = hold(&mut nodes[0..1], "a", "a-run", 4, 0);
+            let b_run = hold(&mut nodes[1..2], "b", "b-run", 2, 0);
+            let mut i = input(
+                vec![tenant("a", 8, 8), tenant("b", 8, 8)],
+                nodes,
+                vec![
+                    waiting("a", "big", 8, 0),
+                    waiting("a", "later", 4, 5),
+                    waiting("b", "wants", 8, 1),
+                ],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 16);
+            i.admitted = vec![a_run, b_run];
+            if reserved {
+                i.reservations = vec![Reservation {
+                    key: "fabrik-a/big".into(),
+                    nodes: BTreeSet::from(["n2".to_string()]),
+                    since: 0,
+                }];
+            }
+            i.now = if reserved { 100 } else { 30 } * 1_000_000_000;
+            let d = decide(&i, &Policy::default());
+            assert!(d.waiting.contains_key("fabrik-a/big"), "{:?}", d.admit);
+            assert_eq!(d.reservations.len(), usize::from(reserved));
+            d.admit
+                .iter()
+                .find(|a| a.key == "fabrik-a/later")
+                .map(|a| a.backfill)
+        };
+        assert_eq!(later(false), Some(false));
+        assert_eq!(later(true), Some(true));
+    }
+
+    #[test]
+    fn a_job_its_own_later_small_jobs_overtook_gets_a_reservation() {
+        // One tenant fills both nodes with 1-GPU pods; its 8-GPU job arrived at 10 s. When the
+        // pods holding the GPUs arrived before it, it merely waits its turn; when they arrived
+        // after it (they overtook it: they fit, it did not), it gets a reservation once starved.
+        let s = 1_000_000_000i128;
+        let reserved = |small_arrival: i128| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let admitted: Vec<Admitted> = (0..16)
+                .map(|k| {
+                    let mut a = hold(&mut nodes, "a", &format!("s{k}"), 1, 20 * s);
+                    a.arrival = small_arrival;
+                    a
+                })
+                .collect();
+            let mut i = input(
+                vec![tenant("a", 16, 16)],
+                nodes,
+                vec![waiting("a", "big", 8, 10 * s)],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 16);
+            i.admitted = admitted;
+            i.now = 100 * s;
+            let d = decide(&i, &Policy::default());
+            assert!(d.waiting["fabrik-a/big"].contains("waiting for 8"));
+            d.reservations.len()
+        };
+        assert_eq!(reserved(5 * s), 0, "they were ahead of it");
+        assert_eq!(reserved(15 * s), 1, "they overtook it");
     }
 }

@@ -80,6 +80,12 @@ fn admitted_at(pod: &Pod) -> Option<i128> {
     a.split_whitespace().next()?.parse::<i128>().ok()
 }
 
+/// Whether the queue admitted a pod as backfill.
+fn backfill(pod: &Pod) -> bool {
+    annotation(pod, fabrik_api::ANNOTATION_QUEUE_ADMITTED)
+        .is_some_and(|a| a.split_whitespace().nth(1) == Some("backfill"))
+}
+
 /// The workload a tenant pod belongs to: `namespace/gang` and its size, or `namespace/pod`.
 fn workload(pod: &Pod) -> (String, usize) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
@@ -266,11 +272,15 @@ pub fn build(
             pods: Vec::new(),
             priority: priority(pod),
             admitted_at: admitted_at(pod).unwrap_or(0),
+            arrival: arrival(pod),
             leaving: false,
+            backfill: false,
         });
         a.leaving |= leaving(pod);
+        a.backfill |= backfill(pod);
         a.priority = a.priority.max(priority(pod));
         a.admitted_at = a.admitted_at.max(admitted_at(pod).unwrap_or(0));
+        a.arrival = a.arrival.min(arrival(pod));
         a.pods.push(HeldPod {
             request,
             node,
@@ -287,7 +297,7 @@ pub fn build(
         nodes: views,
         admitted: admitted.into_values().collect(),
         waiting: waiting.into_values().collect(),
-        reservation: None,
+        reservations: Vec::new(),
         now,
     }
 }

@@ -13,7 +13,8 @@
 //! [`fabrik_api::REASON_QUEUE_RECLAIM`]); the tenant's syncer tells the tenant (the condition,
 //! an Event, the pod `Failed` with reason `Preempted`) and evicts the host pod within its own
 //! grace period; a marked pod still there after [`Settings::evict_after`] is evicted here. A
-//! workload waiting past the starvation bound gets nodes reserved for it.
+//! workload waiting past the starvation bound gets nodes reserved for it; GPUs that nothing can
+//! use in queue order go to backfill (annotated as such), the first to be preempted.
 //!
 //! Visible: waiting pods carry why in their `PodScheduled` condition (the syncer copies it to
 //! the tenant pod); `Tenant.status.queue` has each tenant's standing; `/metrics` has
@@ -448,7 +449,7 @@ struct Stores<'a> {
 /// What the controller remembers between decisions.
 #[derive(Default)]
 struct State {
-    reservation: Option<Reservation>,
+    reservations: Vec<Reservation>,
     /// Nodes repartitioned for demand lately.
     repartitioned: layouts::Recent,
     /// When each waiting pod was last told why it waits.
@@ -511,13 +512,13 @@ async fn pass(
         .map(|t| input::tenant_queue(t, resources(t)))
         .collect();
     let mut input = input::build(queues, &nodes, &slices, &pods, now_nanos());
-    input.reservation = state.reservation.clone();
+    input.reservations = state.reservations.clone();
     let policy = match stores.policies.state().first() {
         Some(cm) => policy_from(cm, &settings.policy, state),
         None => settings.policy.clone(),
     };
     let decision = decide::decide(&input, &policy);
-    state.reservation = decision.reservation.clone();
+    state.reservations = decision.reservations.clone();
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // A kind of GPU asked for that no node offers: an idle node is laid out for it.
@@ -563,7 +564,11 @@ async fn apply(
         let ns = pod_ns_name(&a.key).0;
         for (name, node) in &a.placements {
             let Some(pod) = find(ns, name) else { continue };
-            let how = if a.borrowed { "borrowed" } else { "guaranteed" };
+            let how = match (a.backfill, a.borrowed) {
+                (true, _) => "backfill",
+                (false, true) => "borrowed",
+                (false, false) => "guaranteed",
+            };
             let patch = json!({
                 "metadata": {
                     "resourceVersion": pod.metadata.resource_version,

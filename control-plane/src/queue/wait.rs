@@ -136,7 +136,9 @@ mod tests {
             }],
             priority: 0,
             admitted_at: 0,
+            arrival: 0,
             leaving: false,
+            backfill: false,
         }
     }
 

@@ -363,9 +363,12 @@ struct Stats {
     tenant_dev: [f64; 4],
     /// Allocated fraction summed per time bucket, and the steps in each.
     buckets: Vec<(f64, u64)>,
-    /// Workloads preempted, and the GPU-seconds of work they lost.
+    /// Workloads preempted, and the GPU-seconds of work they lost; and of those, the backfill
+    /// preempted because a reservation's nodes had drained (the rest: reclaim).
     preemptions: u64,
     lost_gpu_s: i64,
+    drained: u64,
+    drained_gpu_s: i64,
     /// decide() calls and their wall time.
     decide_calls: u64,
     decide_time: Duration,
@@ -390,6 +393,8 @@ struct Sim<'a> {
     key_index: HashMap<&'a str, usize>,
     /// Per job: the pods placed (all of a running job; a prefix of a first-fit gang).
     held: Vec<Vec<HeldPod>>,
+    /// Per job: whether the queue admitted it (last) as backfill.
+    backfill: Vec<bool>,
     /// Per job: when it (last) started and ends, while running.
     running_since: Vec<Option<(u64, u64)>>,
     first_start: Vec<Option<u64>>,
@@ -400,8 +405,8 @@ struct Sim<'a> {
     held_by: [i64; 4],
     held_total: i64,
     useful: i64,
-    /// The queue's reservation and the latest decision's fair shares.
-    reservation: Option<Reservation>,
+    /// The queue's reservations and the latest decision's fair shares.
+    reservations: Vec<Reservation>,
     fair: [i64; 4],
     stats: Stats,
 }
@@ -427,6 +432,7 @@ impl<'a> Sim<'a> {
                 .map(|(i, j)| (j.key.as_str(), i))
                 .collect(),
             held: vec![Vec::new(); jobs.len()],
+            backfill: vec![false; jobs.len()],
             running_since: vec![None; jobs.len()],
             first_start: vec![None; jobs.len()],
             waiting: BTreeSet::new(),
@@ -434,7 +440,7 @@ impl<'a> Sim<'a> {
             held_by: [0; 4],
             held_total: 0,
             useful: 0,
-            reservation: None,
+            reservations: Vec::new(),
             fair: [0; 4],
             stats: Stats::default(),
         }
@@ -520,7 +526,9 @@ impl<'a> Sim<'a> {
                 pods: self.held[j].clone(),
                 priority: 0,
                 admitted_at: self.running_since[j].map_or(0, |(s, _)| i128::from(s) * NS),
+                arrival: jobs[j].arrival_ns(j),
                 leaving: false,
+                backfill: self.backfill[j],
             })
             .collect();
         let waiting: Vec<Waiting> = self
@@ -541,7 +549,7 @@ impl<'a> Sim<'a> {
             nodes: self.nodes.clone(),
             admitted,
             waiting,
-            reservation: self.reservation.take(),
+            reservations: std::mem::take(&mut self.reservations),
             now: i128::from(t) * NS,
         };
         let began = Instant::now();
@@ -571,6 +579,7 @@ impl<'a> Sim<'a> {
                 .key_index
                 .get(a.key.as_str())
                 .expect("the queue admits only workloads it was given");
+            self.backfill[j] = a.backfill;
             for (pod, node) in &a.placements {
                 let k = jobs[j]
                     .pods
@@ -589,13 +598,18 @@ impl<'a> Sim<'a> {
                 .get(p.key.as_str())
                 .expect("the queue preempts only workloads it was given");
             if let Some((since, _)) = self.running_since[j] {
+                let lost = (t - since) as i64 * jobs[j].total_gpus();
                 self.stats.preemptions += 1;
-                self.stats.lost_gpu_s += (t - since) as i64 * jobs[j].total_gpus();
+                self.stats.lost_gpu_s += lost;
+                if p.message.contains("ran as backfill") {
+                    self.stats.drained += 1;
+                    self.stats.drained_gpu_s += lost;
+                }
                 self.stop(j);
                 self.waiting.insert(j);
             }
         }
-        self.reservation = decision.reservation;
+        self.reservations = decision.reservations;
     }
 
     /// The most free GPUs on one node.
@@ -834,7 +848,8 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
     println!();
     println!(
         "| factory | policy | allocated under backlog | time ≥ 95 % | useful (running) | \
-         fairness: max dev, mean | steady time all ≤ 5 pts | preemptions (GPU-s lost) | \
+         fairness: max dev, mean | steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
+         for reservations) | \
          jobs done / never started | decide() calls/s (mean, max ms) |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
@@ -868,7 +883,10 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 s.max_dev_sum / steady,
                 s.within5_steps as f64 * 100.0 / steady,
                 if *policy == Placer::Queue {
-                    format!("{} ({})", s.preemptions, s.lost_gpu_s)
+                    format!(
+                        "{} ({}; {} ({}))",
+                        s.preemptions, s.lost_gpu_s, s.drained, s.drained_gpu_s
+                    )
                 } else {
                     "–".to_string()
                 },
