@@ -675,7 +675,7 @@ fn an_8_gpu_job_among_a_stream_of_1_gpu_pods_starts_within_the_bound() {
         let mut next = 16;
         let mut started_before_big = 0;
         let mut states = Default::default();
-        poll_until("the 8-GPU pod bound", Duration::from_secs(150), || {
+        poll_until("the 8-GPU pod bound", Duration::from_secs(180), || {
             states = pod_states(&k, &t)?;
             if states.get("big").is_some_and(|(_, n)| !n.is_empty()) {
                 return Ok(true);
@@ -710,8 +710,9 @@ fn an_8_gpu_job_among_a_stream_of_1_gpu_pods_starts_within_the_bound() {
         .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
         let waited = asked.elapsed();
         // Bound: 5 s of starvation, the longest run on the reserved node (23 s), and the
-        // decisions, bindings and status updates of a loaded machine.
-        if waited > Duration::from_secs(90) {
+        // decisions, bindings and status updates of a loaded machine (~20 s alone, ~45 s beside
+        // the rest of the suite on 2 cores). Without a reservation it never starts.
+        if waited > Duration::from_secs(120) {
             bail!("the 8-GPU pod waited {waited:?}");
         }
         if started_before_big == 0 {
