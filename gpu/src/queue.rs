@@ -519,6 +519,8 @@ struct Pass<'a> {
     admit: Vec<Admission>,
     /// Per tenant, its refused workloads in queue order.
     blocked: BTreeMap<String, Vec<(Refusal, &'a Waiting)>>,
+    /// What each tenant holds after the queue-order pass, and in what order it came.
+    holders: Holders,
 }
 
 /// The queue-order pass over every waiting workload, with `reservations` honoured.
@@ -528,9 +530,11 @@ fn pass<'a>(input: &'a Input, fair: &FairShares, reservations: &[Reservation]) -
         nodes: input.nodes.clone(),
         admit: Vec::new(),
         blocked: BTreeMap::new(),
+        holders: Holders::default(),
     };
     let queues = queues(input.waiting.iter());
     admit_in_order(&mut run, fair, &queues, reservations, Mode::Queue);
+    run.holders = Holders::of(input, &run.admit);
     run
 }
 
@@ -636,7 +640,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     // Below its tenant's fair share at its turn: not counting what its own later workloads,
     // which overtook it, hold.
     let within_share = |w: &Waiting, run: &Pass<'_>| {
-        let overtook = overtaken(input, run, w);
+        let overtook = run.holders.overtaken(w);
         w.gpus()
             .keys()
             .all(|r| run.books.held(&w.tenant, r) - get(&overtook, r) < fair_of(&w.tenant, r))
@@ -648,7 +652,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     let starving_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| match refusal {
         Refusal::Placement(_) => within_share(w, run),
         Refusal::Capacity(_) => {
-            let overtook = overtaken(input, run, w);
+            let overtook = run.holders.overtaken(w);
             within_share(w, run)
                 && w.gpus().iter().all(|(r, n)| {
                     let others: i64 = input
@@ -1060,33 +1064,53 @@ fn place_off(nodes: &[NodeView], w: &Waiting, off: &BTreeSet<String>) -> Result<
     Ok((placements, trial))
 }
 
-/// What `w`'s tenant holds that overtook `w`: its workloads behind it in its queue (no higher
-/// priority, later arrival) admitted while it waited, this decision's admissions included.
-fn overtaken(input: &Input, run: &Pass<'_>, w: &Waiting) -> Gpus {
-    let turn = (std::cmp::Reverse(w.priority), w.arrival);
-    let earlier = input
-        .admitted
-        .iter()
-        .filter(|a| {
-            a.tenant == w.tenant
-                && a.admitted_at > w.arrival
-                && (std::cmp::Reverse(a.priority), a.arrival) > turn
-        })
-        .map(|a| sum(a.pods.iter().map(|p| &p.request)));
-    let now = run
-        .admit
-        .iter()
-        .filter(|a| a.tenant == w.tenant)
-        .filter_map(|a| input.waiting.iter().find(|x| x.key == a.key))
-        .filter(|x| (std::cmp::Reverse(x.priority), x.arrival) > turn)
-        .map(Waiting::gpus);
-    let mut out = Gpus::new();
-    for gpus in earlier.chain(now) {
-        for (r, n) in gpus {
-            *out.entry(r).or_insert(0) += n;
+/// Per tenant, what its workloads hold and their place in its queue: (priority, arrival,
+/// admitted at, GPUs) — the admitted ones, and a pass's admissions (admitted "now").
+#[derive(Default)]
+struct Holders(BTreeMap<String, Vec<(i32, i128, i128, Gpus)>>);
+
+impl Holders {
+    fn of(input: &Input, admit: &[Admission]) -> Holders {
+        let mut out: BTreeMap<String, Vec<(i32, i128, i128, Gpus)>> = BTreeMap::new();
+        for a in &input.admitted {
+            let gpus = sum(a.pods.iter().map(|p| &p.request));
+            out.entry(a.tenant.clone()).or_default().push((
+                a.priority,
+                a.arrival,
+                a.admitted_at,
+                gpus,
+            ));
         }
+        let by_key: BTreeMap<&str, &Waiting> =
+            input.waiting.iter().map(|w| (w.key.as_str(), w)).collect();
+        for a in admit {
+            if let Some(w) = by_key.get(a.key.as_str()) {
+                out.entry(a.tenant.clone()).or_default().push((
+                    w.priority,
+                    w.arrival,
+                    i128::MAX,
+                    w.gpus(),
+                ));
+            }
+        }
+        Holders(out)
     }
-    out
+
+    /// What `w`'s tenant holds that overtook `w`: its workloads behind it in its queue (no
+    /// higher priority, later arrival) admitted while it waited.
+    fn overtaken(&self, w: &Waiting) -> Gpus {
+        let turn = (std::cmp::Reverse(w.priority), w.arrival);
+        let mut out = Gpus::new();
+        let held = self.0.get(&w.tenant).map(Vec::as_slice).unwrap_or_default();
+        for (priority, arrival, admitted_at, gpus) in held {
+            if *admitted_at > w.arrival && (std::cmp::Reverse(*priority), *arrival) > turn {
+                for (r, n) in gpus {
+                    *out.entry(r.clone()).or_insert(0) += n;
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The nodes to hold for a starving workload: for each pod, the node with the most devices of
