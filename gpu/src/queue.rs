@@ -631,14 +631,15 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .collect();
     let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
 
-    // Reservations: each kept while its workload waits for room within its tenant's share
-    // (refused by its limits, it would hold nodes for nothing); a new one for every workload its
-    // share allows that has waited past the starvation bound for room, oldest first, on nodes
-    // no other reservation holds — beyond the first, while at most half the nodes are
-    // reserved. The pass is run again whenever they change, so that nothing new goes to
-    // reserved nodes in queue order.
-    // Below its tenant's fair share at its turn: not counting what its own later workloads,
-    // which overtook it, hold.
+    // Reservations: a new one for every workload its tenant's share allows that has been
+    // overtaken for longer than the starvation bound, oldest first, on nodes no other
+    // reservation holds — beyond the first, while at most half the nodes are reserved; each
+    // kept while its workload waits for room within its tenant's share (refused by its limits
+    // or its share, it would hold nodes for nothing). The pass is run again whenever they
+    // change, so that nothing new goes to reserved nodes in queue order.
+    //
+    // Within its share: its tenant below its fair share at its turn, not counting what its
+    // own later workloads, which overtook it, hold.
     let within_share = |w: &Waiting, run: &Pass<'_>| {
         let overtook = run.holders.overtaken(w);
         w.gpus()
