@@ -309,6 +309,17 @@ impl Books<'_> {
         self.pending.get(tenant).map(|m| get(m, r)).unwrap_or(0)
     }
 
+    /// What the tenants other than `tenant` hold or keep of `r`: their pods, and the idle
+    /// guarantee they do not lend.
+    fn others(&self, tenant: &str, r: &str) -> i64 {
+        self.input
+            .tenants
+            .iter()
+            .filter(|o| o.name != tenant)
+            .map(|o| self.held(&o.name, r) + self.protected(o, r))
+            .sum()
+    }
+
     /// Counts an admission of `w` in the books.
     fn admitted(&mut self, w: &Waiting) {
         for (r, n) in w.gpus() {
@@ -654,17 +665,13 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         Refusal::Placement(_) => within_share(w, run),
         Refusal::Capacity(_) => {
             let overtook = run.holders.overtaken(w);
-            within_share(w, run)
-                && w.gpus().iter().all(|(r, n)| {
-                    let others: i64 = input
-                        .tenants
-                        .iter()
-                        .filter(|o| o.name != w.tenant)
-                        .map(|o| run.books.held(&o.name, r) + run.books.protected(o, r))
-                        .sum();
-                    let own = run.books.held(&w.tenant, r) - get(&overtook, r);
-                    get(&overtook, r) > 0 && get(&input.capacity, r) - others - own >= *n
-                })
+            w.gpus().iter().all(|(r, n)| {
+                let own = run.books.held(&w.tenant, r) - get(&overtook, r);
+                let others = run.books.others(&w.tenant, r);
+                get(&overtook, r) > 0
+                    && own < fair_of(&w.tenant, r)
+                    && get(&input.capacity, r) - others - own >= *n
+            })
         }
         _ => false,
     };
@@ -924,13 +931,7 @@ fn try_admit(
                 t.borrowing_limit
             )));
         }
-        // What the others hold or keep: their pods, and the idle guarantee they do not lend.
-        let others: i64 = input
-            .tenants
-            .iter()
-            .filter(|o| o.name != t.name)
-            .map(|o| books.held(&o.name, r) + books.protected(o, r))
-            .sum();
+        let others = books.others(&t.name, r);
         let cap = get(&input.capacity, r);
         if after > cap - others {
             let holders: Vec<String> = input
