@@ -2,7 +2,8 @@
 //! `sim.fabrik.dev/*` pod annotations (kept on the host copies of its pods): a Job whose pods
 //! exit 1 fails after its `backoffLimit`, a Deployment's crashing container restarts with
 //! back-off (`CrashLoopBackOff`, `restartCount`), a container marked not ready keeps its pod
-//! out of its Service's endpoints.
+//! out of its Service's endpoints, a pod active past its `activeDeadlineSeconds` fails with
+//! `DeadlineExceeded`.
 
 use std::time::Duration;
 
@@ -114,6 +115,28 @@ fn tenants_drive_exit_codes_crash_loops_and_readiness() -> Result<()> {
         ],
     )?;
     assert!(ready_endpoints.trim().is_empty(), "{ready_endpoints}");
+
+    // A pod that would run 10 minutes but may be active 2 s: killed at its deadline, Failed
+    // with reason DeadlineExceeded, as a kubelet does.
+    apply_ok(
+        k,
+        &cfg,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bounded, annotations: {sim.fabrik.dev/run-seconds: \"600\"}}\nspec:\n  restartPolicy: Never\n  activeDeadlineSeconds: 2\n  containers: [{name: main, image: busybox}]\n",
+    )?;
+    poll("the pod failed at its deadline", || {
+        let s = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "pod",
+                "bounded",
+                "-o",
+                "jsonpath={.status.phase}/{.status.reason}/{.status.containerStatuses[0].state.terminated.exitCode}",
+            ],
+        )?;
+        Ok(s == "Failed/DeadlineExceeded/137")
+    })?;
     Ok(())
 }
 

@@ -72,6 +72,9 @@ pub struct Waiting {
     pub priority: i32,
     /// Arrival: the creation time of its first pod, in nanoseconds since the epoch.
     pub arrival: i128,
+    /// The longest it runs once started, in nanoseconds: its pods' `activeDeadlineSeconds`,
+    /// which the kubelet enforces; `None` when a pod has none.
+    pub runtime: Option<i128>,
 }
 
 impl Waiting {
@@ -112,6 +115,9 @@ pub struct Admitted {
     /// Whether it was admitted as backfill ([`Admission::backfill`]): the first to go when
     /// GPUs are needed.
     pub backfill: bool,
+    /// When it will have ended at the latest (its start plus its pods' `activeDeadlineSeconds`,
+    /// nanoseconds since the epoch); `None` when not known.
+    pub ends_by: Option<i128>,
 }
 
 /// Platform-wide settings.
@@ -125,6 +131,11 @@ pub struct Policy {
     /// The weight of each group (tenants' `parent`) among the claimants of idle GPUs; 1 for a
     /// group not listed.
     pub group_weights: BTreeMap<String, i64>,
+    /// How long a workload reclaim serves waits for borrowed GPUs to come back on their own
+    /// before borrowers are preempted, in nanoseconds from its arrival: a borrower known to end
+    /// within it (`activeDeadlineSeconds`) is never preempted, its GPUs are counted as coming
+    /// back. 0: preempt at once.
+    pub reclaim_grace: i128,
 }
 
 impl Default for Policy {
@@ -133,6 +144,7 @@ impl Default for Policy {
             reclaim: true,
             starvation_after: 60 * 1_000_000_000,
             group_weights: BTreeMap::new(),
+            reclaim_grace: 0,
         }
     }
 }
@@ -149,6 +161,11 @@ pub struct Reservation {
     /// When it was made (nanoseconds since the epoch): backfill placed on its nodes since then
     /// is preempted once the nodes have drained but for it.
     pub since: i128,
+    /// When its workload will fit on its nodes at the latest, with the backfill there gone:
+    /// when the last of the runs it drains behind ends (their `activeDeadlineSeconds`);
+    /// `None` while one of them has no known end. Backfill known to end by then goes on its
+    /// nodes without delaying it, and is not preempted for it.
+    pub start_by: Option<i128>,
 }
 
 /// Everything one decision looks at.
@@ -518,8 +535,13 @@ enum Mode<'m> {
     /// In queue order, within the fair shares, off the nodes reserved for other workloads.
     Queue,
     /// Backfill: on the GPUs the queue leaves idle, past the fair shares and on reserved
-    /// nodes too, never on `off` (nodes whose GPUs are spoken for).
-    Backfill { off: &'m BTreeSet<String> },
+    /// nodes too, never on `off` (nodes whose GPUs are spoken for); on a reserved node only
+    /// when it ends by the reservation's `start_by` (`start_by`: node → it), where that is
+    /// known.
+    Backfill {
+        off: &'m BTreeSet<String>,
+        start_by: &'m BTreeMap<String, i128>,
+    },
 }
 
 /// An admission pass: its admissions and refusals, and the books and nodes after them.
@@ -729,6 +751,13 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         run = pass(input, &fair, &reservations);
     }
     reservations.retain(|r| !run.admit.iter().any(|a| a.key == r.key));
+    // When each reserved workload will fit at the latest, fixed once known: backfill that ends
+    // by then does not delay it.
+    for r in reservations.iter_mut().filter(|r| r.start_by.is_none()) {
+        if let Some(w) = input.waiting.iter().find(|w| w.key == r.key) {
+            r.start_by = start_by(input, r, w, &run.nodes);
+        }
+    }
 
     let mut decision = Decision::default();
     // Nodes whose GPUs this decision has spoken for: backfill stays off them.
@@ -740,6 +769,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
             &run.blocked,
             &run.nodes,
             &reservations,
+            policy.reclaim_grace,
         );
         decision.preempt = preempt;
         spoken_for.extend(nodes);
@@ -764,13 +794,21 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
             })
             .map(|(_, w)| *w),
     );
+    let known_starts: BTreeMap<String, i128> = reservations
+        .iter()
+        .filter_map(|r| r.start_by.map(|by| (r, by)))
+        .flat_map(|(r, by)| r.nodes.iter().map(move |n| (n.clone(), by)))
+        .collect();
     let before = run.admit.len();
     admit_in_order(
         &mut run,
         &fair,
         &candidates,
         &reservations,
-        Mode::Backfill { off: &spoken_for },
+        Mode::Backfill {
+            off: &spoken_for,
+            start_by: &known_starts,
+        },
     );
     let backfilled: BTreeSet<String> = run.admit[before..].iter().map(|a| a.key.clone()).collect();
     for refused in run.blocked.values_mut() {
@@ -997,9 +1035,23 @@ fn try_admit(
         .collect();
     let (placements, after) = match mode {
         Mode::Queue => place_off(nodes, w, &reserved),
-        Mode::Backfill { off } => {
+        Mode::Backfill { off, start_by } => {
             let both: BTreeSet<String> = reserved.union(off).cloned().collect();
-            place_off(nodes, w, &both).or_else(|_| place_off(nodes, w, off))
+            place_off(nodes, w, &both).or_else(|refused| {
+                // Reserved nodes whose workload's start is known take only what ends by then.
+                let late: BTreeSet<String> = reserved
+                    .iter()
+                    .filter(|n| {
+                        start_by.get(*n).is_some_and(|by| {
+                            w.runtime
+                                .is_none_or(|run| input.now.saturating_add(run) > *by)
+                        })
+                    })
+                    .chain(off.iter())
+                    .cloned()
+                    .collect();
+                place_off(nodes, w, &late).map_err(|_| refused)
+            })
         }
     }
     .map_err(Refusal::Placement)?;
@@ -1145,7 +1197,55 @@ fn reserve(
         key: w.key.clone(),
         nodes: chosen,
         since: now,
+        start_by: None,
     })
+}
+
+/// Whether `a` is backfill on `r`'s nodes that a drain for `r` may preempt: placed there since
+/// `r` was made.
+fn drainable(a: &Admitted, r: &Reservation) -> bool {
+    a.backfill && a.admitted_at >= r.since && a.pods.iter().any(|p| r.nodes.contains(&p.node))
+}
+
+/// When `w` fits on `r`'s nodes at the latest, with what is leaving and the backfill a drain
+/// may preempt gone: now, or the end of the last run there it has to wait for; `None` when one
+/// of those has no known end.
+fn start_by(input: &Input, r: &Reservation, w: &Waiting, nodes: &[NodeView]) -> Option<i128> {
+    let on = |a: &Admitted| a.pods.iter().any(|p| r.nodes.contains(&p.node));
+    let mut view = nodes.to_vec();
+    for a in input
+        .admitted
+        .iter()
+        .filter(|a| a.leaving || drainable(a, r))
+    {
+        for p in &a.pods {
+            release(&mut view, p);
+        }
+    }
+    let off: BTreeSet<String> = view
+        .iter()
+        .filter(|n| !r.nodes.contains(&n.name))
+        .map(|n| n.name.clone())
+        .collect();
+    if place_off(&view, w, &off).is_ok() {
+        return Some(input.now);
+    }
+    let mut holders: Vec<&Admitted> = input
+        .admitted
+        .iter()
+        .filter(|a| !a.leaving && !drainable(a, r) && on(a))
+        .collect();
+    holders.sort_by_key(|a| (a.ends_by.unwrap_or(i128::MAX), a.key.clone()));
+    for a in holders {
+        let end = a.ends_by?;
+        for p in &a.pods {
+            release(&mut view, p);
+        }
+        if place_off(&view, w, &off).is_ok() {
+            return Some(end.max(input.now));
+        }
+    }
+    None
 }
 
 /// Gives back, in a trial view of the nodes, what `pod` holds.
@@ -1164,17 +1264,22 @@ fn release(view: &mut [NodeView], pod: &HeldPod) {
 
 /// Preemptions that give tenants below their fair share the GPUs borrowers hold beyond theirs,
 /// and the nodes whose GPUs they are for (the ones freed, and the ones coming back anyway).
+/// A waiting workload counts first on what comes back on its own within `grace` of its
+/// arrival (runs known to end by then), and has nothing preempted for it before that.
 fn reclaim(
     books: &Books<'_>,
     fair_of: &dyn Fn(&str, &str) -> i64,
     blocked: &BTreeMap<String, Vec<(Refusal, &Waiting)>>,
     nodes: &[NodeView],
     reservations: &[Reservation],
+    grace: i128,
 ) -> (Vec<Preemption>, BTreeSet<String>) {
     let input = books.input;
     let mut out: Vec<Preemption> = Vec::new();
     let mut spoken_for: BTreeSet<String> = BTreeSet::new();
     let mut taken: BTreeSet<String> = BTreeSet::new();
+    // Runs whose GPUs are counted as coming back on their own (never preempted).
+    let mut counted: BTreeSet<String> = BTreeSet::new();
     // What each borrower holds beyond its fair share, per resource, as preemption shrinks it.
     let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
     for a in &input.admitted {
@@ -1219,10 +1324,30 @@ fn reclaim(
                 .filter(|r| r.key != w.key)
                 .flat_map(|r| r.nodes.iter().cloned())
                 .collect();
-            if let Ok((placements, after)) = place_off(&view, w, &elsewhere) {
+            // What comes back on its own within its grace.
+            let grace_end = w.arrival.saturating_add(grace).max(input.now);
+            let ending = |a: &Admitted| {
+                !a.leaving
+                    && !taken.contains(&a.key)
+                    && !counted.contains(&a.key)
+                    && a.ends_by.is_some_and(|end| end <= grace_end)
+            };
+            let soon: Vec<&Admitted> = input.admitted.iter().filter(|a| ending(a)).collect();
+            let mut base = view.clone();
+            for a in &soon {
+                for p in &a.pods {
+                    release(&mut base, p);
+                }
+            }
+            if let Ok((placements, after)) = place_off(&base, w, &elsewhere) {
                 // Room on its way back already: spoken for.
                 view = after;
+                counted.extend(soon.iter().map(|a| a.key.clone()));
                 spoken_for.extend(placements.into_iter().map(|(_, node)| node));
+                continue;
+            }
+            if grace > 0 && input.now < w.arrival.saturating_add(grace) {
+                // Within its grace: nothing preempted for it yet.
                 continue;
             }
             // Victims: workloads of tenants above their fair share in what it needs, lowest
@@ -1233,6 +1358,7 @@ fn reclaim(
                 .admitted
                 .iter()
                 .filter(|a| !a.leaving && a.tenant != *tenant && !taken.contains(&a.key))
+                .filter(|a| !ending(a))
                 .filter(|a| {
                     sum(a.pods.iter().map(|p| &p.request))
                         .keys()
@@ -1250,12 +1376,12 @@ fn reclaim(
             });
             type Room<'v> = (i64, Vec<&'v Admitted>, Vec<(String, String)>, Vec<NodeView>);
             let mut best: Option<Room<'_>> = None;
-            for node in view
+            for node in base
                 .iter()
                 .filter(|n| n.schedulable)
                 .map(|n| n.name.clone())
             {
-                let mut trial = view.clone();
+                let mut trial = base.clone();
                 let mut surplus = over.clone();
                 let mut chosen: Vec<&Admitted> = Vec::new();
                 let mut freed = 0;
@@ -1299,6 +1425,7 @@ fn reclaim(
                 continue;
             };
             view = after;
+            counted.extend(soon.iter().map(|a| a.key.clone()));
             spoken_for.extend(placements.into_iter().map(|(_, node)| node));
             for v in chosen {
                 spoken_for.extend(v.pods.iter().map(|p| p.node.clone()));
@@ -1328,8 +1455,9 @@ fn reclaim(
 }
 
 /// When a reservation's nodes have drained but for backfill, the backfill that stands in its
-/// workload's way, newest first; and the reserved
-/// nodes, spoken for once the workload fits there (now, or when what is leaving has gone).
+/// workload's way, newest first (not a run known to end so soon that waiting for it idles
+/// fewer GPU-seconds than preempting it loses); and the reserved nodes, spoken for once the
+/// workload fits there (now, or when what is leaving has gone).
 fn drain(
     input: &Input,
     r: &Reservation,
@@ -1354,11 +1482,27 @@ fn drain(
     if place_off(&view, w, &off).is_ok() {
         return (Vec::new(), r.nodes.clone());
     }
+    // Waiting for a backfill run known to end soon idles fewer GPU-seconds than preempting it
+    // throws away: such a run is left to end (the reserved GPUs idle meanwhile are those free
+    // on its nodes).
+    let idle: i64 = view
+        .iter()
+        .filter(|n| r.nodes.contains(&n.name))
+        .map(|n| w.gpus().keys().map(|res| get(&n.free, res)).sum::<i64>())
+        .sum();
+    let cheaper_to_wait = |a: &Admitted| {
+        a.ends_by.is_some_and(|end| {
+            let done = sum(a.pods.iter().map(|p| &p.request)).values().sum::<i64>();
+            (end - input.now).max(0).saturating_mul(i128::from(idle))
+                <= (input.now - a.admitted_at)
+                    .max(0)
+                    .saturating_mul(i128::from(done))
+        })
+    };
     let mut backfill: Vec<&Admitted> = input
         .admitted
         .iter()
-        .filter(|a| a.backfill && !going(a) && a.admitted_at >= r.since)
-        .filter(|a| a.pods.iter().any(|p| r.nodes.contains(&p.node)))
+        .filter(|a| !going(a) && drainable(a, r) && !cheaper_to_wait(a))
         .collect();
     backfill.sort_by_key(|a| (std::cmp::Reverse(a.admitted_at), a.key.clone()));
     let mut chosen = Vec::new();
@@ -1458,6 +1602,7 @@ mod tests {
             needs: 1,
             priority: 0,
             arrival,
+            runtime: None,
         }
     }
 
@@ -1512,6 +1657,7 @@ mod tests {
                     arrival: w.arrival,
                     leaving: false,
                     backfill: a.backfill,
+                    ends_by: None,
                 }
             })
             .collect()
@@ -1544,6 +1690,7 @@ mod tests {
             arrival: at,
             leaving: false,
             backfill: false,
+            ends_by: None,
         }
     }
 
@@ -1598,6 +1745,7 @@ mod tests {
             key: "fabrik-t/big".into(),
             nodes: BTreeSet::from(["n1".to_string()]),
             since: 0,
+            start_by: None,
         }];
         let d = decide(&i, &Policy::default());
         assert_eq!(d.reservations, vec![]);
@@ -1866,6 +2014,7 @@ mod tests {
                 key: "fabrik-t/big".into(),
                 nodes: BTreeSet::from(["n2".to_string()]),
                 since: 100 * s,
+                start_by: None,
             }];
             // Reclaim (o is above its fair share) would take the backfill anyway: off, to see
             // the reservation alone.
@@ -1895,6 +2044,128 @@ mod tests {
         );
         assert!(d.admit.is_empty(), "{:?}", d.admit);
         assert_eq!(d.reservations.len(), 1);
+    }
+
+    #[test]
+    fn reclaim_waits_its_grace_and_counts_on_borrowers_that_end_within_it() {
+        // One node of 8: a (4 guaranteed, may borrow 4) holds 6 in three workloads of 2, the
+        // newest (a2) declaring it ends at 40 s; b (4 guaranteed) holds 2 and waits for 2 more
+        // since 10 s. a is 2 over its fair share of 4.
+        let s = 1_000_000_000i128;
+        let setup = |a2_ends: Option<i128>, now: i128| {
+            let mut nodes = vec![node("n1", 8)];
+            let mut admitted: Vec<Admitted> = (0..3)
+                .map(|k| hold(&mut nodes, "a", &format!("a{k}"), 2, k))
+                .collect();
+            admitted[2].ends_by = a2_ends;
+            admitted.push(hold(&mut nodes, "b", "b0", 2, 9));
+            let mut i = input(
+                vec![tenant("a", 4, 4), tenant("b", 4, 0)],
+                nodes,
+                vec![waiting("b", "two", 2, 10 * s)],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 8);
+            i.admitted = admitted;
+            i.now = now;
+            let policy = Policy {
+                reclaim_grace: 60 * s,
+                ..Policy::default()
+            };
+            decide(&i, &policy)
+        };
+        // Within the grace, a2 unknown to end: nothing preempted yet.
+        let d = setup(None, 30 * s);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        // Past it (arrived at 10 s, 60 s grace): the newest borrowed workload goes.
+        let d = setup(None, 71 * s);
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-a/a2"]);
+        // a2 ends at 40 s, within b's grace (by 70 s): it is never preempted, not even past
+        // the grace, and nothing else of a's is taken for b.
+        for now in [30 * s, 71 * s] {
+            let d = setup(Some(40 * s), now);
+            assert!(d.preempt.is_empty(), "at {now}: {:?}", d.preempt);
+        }
+        // One that ends after the grace is preempted once it is over.
+        let d = setup(Some(500 * s), 71 * s);
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-a/a2"]);
+    }
+
+    #[test]
+    fn backfill_on_reserved_nodes_ends_in_time_when_run_times_are_declared() {
+        // n1 is full; on n2, o's 4-GPU run ends by 300 s. t's 8-GPU job holds n2 (made at
+        // 100 s), so it fits there by 300 s at the latest. o waits with two 1-GPU jobs past
+        // its share: one declares 50 s, one 1,000 s.
+        let s = 1_000_000_000i128;
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut admitted = vec![hold(&mut nodes, "o", "o-full", 8, 0)];
+        let mut running = hold(&mut nodes, "o", "o-run", 4, 50 * s);
+        running.ends_by = Some(300 * s);
+        admitted.push(running);
+        let mut short = waiting("o", "short", 1, 20 * s);
+        short.runtime = Some(50 * s);
+        let mut long = waiting("o", "long", 1, 10 * s);
+        long.runtime = Some(1_000 * s);
+        let mut i = input(
+            vec![tenant("t", 8, 8), tenant("o", 8, 8)],
+            nodes,
+            vec![waiting("t", "big", 8, 0), long, short],
+        );
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted;
+        i.now = 200 * s;
+        i.reservations = vec![Reservation {
+            key: "fabrik-t/big".into(),
+            nodes: BTreeSet::from(["n2".to_string()]),
+            since: 100 * s,
+            start_by: None,
+        }];
+        let policy = Policy {
+            reclaim: false,
+            ..Policy::default()
+        };
+        let d = decide(&i, &policy);
+        assert_eq!(d.reservations.len(), 1, "{:?}", d.waiting);
+        assert_eq!(d.reservations[0].start_by, Some(300 * s));
+        // Only the run that ends by then goes on the reserved node (as backfill); the long
+        // one, though older, would delay the job and waits.
+        let admitted: Vec<(&str, bool)> = d
+            .admit
+            .iter()
+            .map(|a| (a.key.as_str(), a.backfill))
+            .collect();
+        assert_eq!(admitted, vec![("fabrik-o/short", true)]);
+
+        // Later, o's run has ended early (at 260 s) and only that backfill (admitted at 250 s,
+        // ending by 300 s) stands in the way: waiting 40 s for it idles 7 GPUs × 40 s, more
+        // than the 10 GPU-seconds preempting it loses — it goes. One ending by 261 s is left to
+        // end (7 GPUs × 1 s ≤ 1 GPU × 10 s).
+        for (ends, preempted) in [(300 * s, true), (261 * s, false)] {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut admitted = vec![hold(&mut nodes, "o", "o-full", 8, 0)];
+            let mut bf = hold(&mut nodes, "o", "short", 1, 250 * s);
+            bf.backfill = true;
+            bf.ends_by = Some(ends);
+            admitted.push(bf);
+            let mut i = input(
+                vec![tenant("t", 8, 8), tenant("o", 8, 8)],
+                nodes,
+                vec![waiting("t", "big", 8, 0)],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 16);
+            i.admitted = admitted;
+            i.now = 260 * s;
+            i.reservations = d.reservations.clone();
+            let later = decide(&i, &policy);
+            let taken: Vec<&str> = later.preempt.iter().map(|p| p.key.as_str()).collect();
+            if preempted {
+                assert_eq!(taken, vec!["fabrik-o/short"]);
+            } else {
+                assert!(taken.is_empty(), "{taken:?}");
+                assert_eq!(later.reservations.len(), 1);
+            }
+        }
     }
 
     #[test]
@@ -1951,6 +2222,7 @@ mod tests {
                     key: "fabrik-a/big".into(),
                     nodes: BTreeSet::from(["n2".to_string()]),
                     since: 0,
+                    start_by: None,
                 }];
             }
             i.now = if reserved { 100 } else { 30 } * 1_000_000_000;

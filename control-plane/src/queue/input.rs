@@ -107,6 +107,32 @@ fn priority(pod: &Pod) -> i32 {
         .unwrap_or(0)
 }
 
+/// A pod's `activeDeadlineSeconds` in nanoseconds: the longest it runs once started (the
+/// kubelet enforces it).
+fn deadline(pod: &Pod) -> Option<i128> {
+    pod.spec
+        .as_ref()?
+        .active_deadline_seconds
+        .filter(|s| *s > 0)
+        .map(|s| i128::from(s).saturating_mul(1_000_000_000))
+}
+
+/// When a pod holding GPUs will have ended at the latest: its start (now, when it has not
+/// started yet) plus its `activeDeadlineSeconds`, which the kubelet counts from the start.
+fn ends_by(pod: &Pod, now: i128) -> Option<i128> {
+    let start = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(now, |t| t.0.as_nanosecond());
+    Some(start.saturating_add(deadline(pod)?))
+}
+
+/// The later of two bounds of a workload's pods, unknown when either is.
+fn later(a: Option<i128>, b: Option<i128>) -> Option<i128> {
+    Some(a?.max(b?))
+}
+
 /// Whether a pod is being removed (deleted, or preempted by the queue).
 fn leaving(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
@@ -236,7 +262,9 @@ pub fn build(
                 needs: size,
                 priority: priority(pod),
                 arrival: arrival(pod),
+                runtime: deadline(pod),
             });
+            w.runtime = later(w.runtime, deadline(pod));
             w.priority = w.priority.max(priority(pod));
             w.arrival = w.arrival.min(arrival(pod));
             w.pods.push(request);
@@ -275,7 +303,9 @@ pub fn build(
             arrival: arrival(pod),
             leaving: false,
             backfill: false,
+            ends_by: ends_by(pod, now),
         });
+        a.ends_by = later(a.ends_by, ends_by(pod, now));
         a.leaving |= leaving(pod);
         a.backfill |= backfill(pod);
         a.priority = a.priority.max(priority(pod));
@@ -334,5 +364,84 @@ mod tests {
         assert_eq!(q.guarantee, None);
         assert_eq!(q.parent, None);
         assert_eq!(q.weight, 1);
+    }
+
+    fn gpu_pod(name: &str, gated: bool, deadline: Option<i64>, started: Option<&str>) -> Pod {
+        let mut pod = serde_json::json!({
+            "metadata": {"name": name, "namespace": "fabrik-a",
+                "labels": {(fabrik_api::LABEL_TENANT): "a"},
+                "annotations": {(fabrik_api::GANG): "g", (fabrik_api::GANG_SIZE): "2",
+                    (fabrik_api::ANNOTATION_QUEUE_ADMITTED): "5 backfill"}},
+            "spec": {"containers": [{"name": "main", "resources":
+                {"requests": {"nvidia.com/gpu": "1"}, "limits": {"nvidia.com/gpu": "1"}}}]},
+        });
+        if gated {
+            pod["spec"]["schedulingGates"] = serde_json::json!([{"name": fabrik_api::QUEUE_GATE}]);
+        } else {
+            pod["spec"]["nodeName"] = serde_json::json!("n1");
+        }
+        if let Some(d) = deadline {
+            pod["spec"]["activeDeadlineSeconds"] = serde_json::json!(d);
+        }
+        if let Some(t) = started {
+            pod["status"] = serde_json::json!({"phase": "Running", "startTime": t});
+        }
+        serde_json::from_value(pod).expect("a pod")
+    }
+
+    #[test]
+    fn declared_run_times_come_from_active_deadline_seconds() {
+        let s = 1_000_000_000i128;
+        let tenants = || {
+            vec![TenantQueue {
+                name: "a".into(),
+                ..Default::default()
+            }]
+        };
+        let now = 1_000 * s;
+        // A waiting gang: its run time is its longest pod's deadline, unknown when one has none.
+        let i = build(
+            tenants(),
+            &[],
+            &[],
+            &[
+                gpu_pod("p0", true, Some(60), None),
+                gpu_pod("p1", true, Some(90), None),
+            ],
+            now,
+        );
+        assert_eq!(i.waiting[0].runtime, Some(90 * s));
+        let i = build(
+            tenants(),
+            &[],
+            &[],
+            &[
+                gpu_pod("p0", true, Some(60), None),
+                gpu_pod("p1", true, None, None),
+            ],
+            now,
+        );
+        assert_eq!(i.waiting[0].runtime, None);
+        // Holding GPUs: it ends by its start plus its deadline (now, not started yet).
+        let i = build(
+            tenants(),
+            &[],
+            &[],
+            &[
+                gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z")),
+                gpu_pod("p1", false, Some(60), None),
+            ],
+            now,
+        );
+        assert_eq!(i.admitted[0].ends_by, Some(now + 60 * s));
+        assert!(i.admitted[0].backfill);
+        let i = build(
+            tenants(),
+            &[],
+            &[],
+            &[gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z"))],
+            now,
+        );
+        assert_eq!(i.admitted[0].ends_by, Some(900 * s + 60 * s));
     }
 }

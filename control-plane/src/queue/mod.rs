@@ -87,6 +87,11 @@ pub struct QueueArgs {
     /// reserved for it.
     #[arg(long, value_name = "SECONDS", default_value_t = 60)]
     queue_starvation_seconds: u64,
+    /// Seconds a workload reclaim serves waits for borrowed GPUs to come back on their own
+    /// before borrowers are preempted; a borrower whose pods' `activeDeadlineSeconds` ends
+    /// within it is never preempted. 0: preempt at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 0)]
+    queue_reclaim_grace_seconds: u32,
 }
 
 impl QueueArgs {
@@ -97,6 +102,7 @@ impl QueueArgs {
                 reclaim: self.queue_reclaim,
                 starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
                 group_weights: Default::default(),
+                reclaim_grace: i128::from(self.queue_reclaim_grace_seconds) * 1_000_000_000,
             },
             namespace: namespace.to_string(),
             ..Settings::default()
@@ -244,6 +250,14 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             )),
         }
     }
+    if let Some(v) = data.get("reclaimGraceSeconds") {
+        match v.trim().parse::<u32>() {
+            Ok(n) => policy.reclaim_grace = i128::from(n) * 1_000_000_000,
+            Err(_) => problems.push(format!(
+                "reclaimGraceSeconds: {v:?} is not a whole number of seconds"
+            )),
+        }
+    }
     if let Some(v) = data.get("groupWeights") {
         for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let parsed = entry.split_once('=').and_then(|(group, weight)| {
@@ -263,11 +277,15 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             }
         }
     }
+    const SETTINGS: [&str; 4] = [
+        "reclaim",
+        "starvationSeconds",
+        "reclaimGraceSeconds",
+        "groupWeights",
+    ];
     for k in data.keys() {
-        if !["reclaim", "starvationSeconds", "groupWeights"].contains(&k.as_str()) {
-            problems.push(format!(
-                "{k}: not a setting (reclaim, starvationSeconds, groupWeights)"
-            ));
+        if !SETTINGS.contains(&k.as_str()) {
+            problems.push(format!("{k}: not a setting ({})", SETTINGS.join(", ")));
         }
     }
     let said = problems.join("; ");
@@ -858,6 +876,7 @@ mod tests {
             &cm(&[
                 ("reclaim", "false"),
                 ("starvationSeconds", "5"),
+                ("reclaimGraceSeconds", "30"),
                 ("groupWeights", "research=2, vision=1"),
             ]),
             &defaults,
@@ -865,6 +884,7 @@ mod tests {
         );
         assert!(!p.reclaim);
         assert_eq!(p.starvation_after, 5_000_000_000);
+        assert_eq!(p.reclaim_grace, 30_000_000_000);
         assert_eq!(
             p.group_weights,
             [("research".to_string(), 2), ("vision".to_string(), 1)].into()
@@ -878,6 +898,7 @@ mod tests {
             &cm(&[
                 ("reclaim", "maybe"),
                 ("starvationSeconds", "-1"),
+                ("reclaimGraceSeconds", "1.5"),
                 ("cohort", "x"),
                 ("groupWeights", "Research=2, vision=0, ok=3"),
             ]),
@@ -885,13 +906,18 @@ mod tests {
             &mut state,
         );
         assert_eq!(
-            (p.reclaim, p.starvation_after),
-            (defaults.reclaim, defaults.starvation_after)
+            (p.reclaim, p.starvation_after, p.reclaim_grace),
+            (
+                defaults.reclaim,
+                defaults.starvation_after,
+                defaults.reclaim_grace
+            )
         );
         assert_eq!(p.group_weights, [("ok".to_string(), 3)].into());
         for field in [
             "reclaim",
             "starvationSeconds",
+            "reclaimGraceSeconds",
             "cohort",
             "\"Research=2\"",
             "\"vision=0\"",

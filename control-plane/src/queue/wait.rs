@@ -139,6 +139,7 @@ mod tests {
             arrival: 0,
             leaving: false,
             backfill: false,
+            ends_by: None,
         }
     }
 

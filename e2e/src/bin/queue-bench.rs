@@ -21,7 +21,12 @@
 //!   committed, admitted workloads, waiting workloads, the previous reservation); admissions
 //!   are committed on the node the decision names ([`fit::choose`] on that node, as the
 //!   scheduler would); a preempted workload gives its GPUs back at once and waits again with
-//!   its original arrival, and runs its full duration again once readmitted;
+//!   its original arrival, and runs its full duration again once readmitted. Four runs: as
+//!   the queue is by default (pods declare no run time, borrowed GPUs are reclaimed at once);
+//!   with every pod declaring its run time (`activeDeadlineSeconds`, 1 to 1.5 × the real one:
+//!   backfill on reserved nodes only where it ends in time, a reservation not drained of
+//!   backfill about to end, reclaim counting on what ends within its grace); with a reclaim
+//!   grace period (`--reclaim-grace`, 60 s) and no declared run times; with both;
 //! * **first-fit**: every pending pod in arrival order on the first node (by name) with
 //!   enough free GPUs; no quotas, no gangs: a gang's members hold their GPUs as they are
 //!   placed, and the gang runs (its clock starts) only once all are placed.
@@ -84,6 +89,9 @@ struct Args {
     /// factory takes about 15 minutes.
     #[arg(long, default_value_t = 5)]
     every: u64,
+    /// The reclaim grace period of the last two queue runs, seconds.
+    #[arg(long, default_value_t = 60)]
+    reclaim_grace: u64,
 }
 
 /// xorshift64* seeded through splitmix64: small, deterministic, good enough for a workload.
@@ -164,6 +172,9 @@ struct Job {
     gpus: Vec<i64>,
     /// Run time once started, seconds.
     duration: u64,
+    /// Its pods' `activeDeadlineSeconds`: the run time its owner declares, 1 to 1.5 × the
+    /// real one (owners overestimate).
+    deadline: u64,
     /// Arrival, seconds.
     arrival: u64,
     size: Size,
@@ -223,10 +234,14 @@ fn workload(seed: u64, seconds: u64, nodes: usize, gpus: i64) -> Vec<Job> {
         }
     }
     drafts.sort_by_key(|(tenant, _, _, arrival)| (*arrival, *tenant));
+    // Declared run times from a stream of their own, so that the jobs stay those of the
+    // previous runs.
+    let mut declared = Rng::new(seed ^ 0x5eed_dead_1e55);
     drafts
         .into_iter()
         .enumerate()
         .map(|(id, (tenant, gpus, duration, arrival))| {
+            let deadline = duration + duration * declared.range(0, 50) / 100;
             let namespace = format!("fabrik-{}", TENANTS[tenant]);
             let key = if gpus.len() > 1 {
                 format!("{namespace}/gang/job-{id}")
@@ -250,6 +265,7 @@ fn workload(seed: u64, seconds: u64, nodes: usize, gpus: i64) -> Vec<Job> {
                 size: Size::of(&gpus),
                 gpus,
                 duration,
+                deadline,
                 arrival,
             }
         })
@@ -323,18 +339,38 @@ fn fair_shares(tenants: &[TenantQueue], capacity: i64, demand: &[i64; 4]) -> [i6
     out
 }
 
-/// The two placement policies compared.
+/// The placement policies compared.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Placer {
-    Queue,
+    /// The GPU queue; `deadlines`: the pods declare their run times
+    /// (`activeDeadlineSeconds`); `grace`: the reclaim grace period, seconds.
+    Queue {
+        deadlines: bool,
+        grace: u64,
+    },
     FirstFit,
 }
 
 impl Placer {
-    fn label(self) -> &'static str {
+    fn label(self) -> String {
         match self {
-            Placer::Queue => "GPU queue",
-            Placer::FirstFit => "first-fit",
+            Placer::Queue {
+                deadlines: false,
+                grace: 0,
+            } => "GPU queue".into(),
+            Placer::Queue {
+                deadlines: true,
+                grace: 0,
+            } => "GPU queue, run times declared".into(),
+            Placer::Queue { deadlines, grace } => format!(
+                "GPU queue, {}reclaim grace {grace} s",
+                if deadlines {
+                    "run times declared, "
+                } else {
+                    ""
+                }
+            ),
+            Placer::FirstFit => "first-fit".into(),
         }
     }
 }
@@ -377,6 +413,8 @@ struct Stats {
     fair_mismatch: u64,
     /// Jobs finished.
     done: u64,
+    /// GPU-seconds of the jobs done (work delivered).
+    done_gpu_s: i64,
     /// Per size: (wait in seconds, whether the job started); a job never started counts
     /// the time it waited until the end of the run.
     waits: BTreeMap<Size, Vec<(u64, bool)>>,
@@ -515,7 +553,7 @@ impl<'a> Sim<'a> {
     }
 
     /// One decision of the GPU queue, carried out.
-    fn queue_step(&mut self, t: u64) {
+    fn queue_step(&mut self, t: u64, deadlines: bool, grace: u64) {
         let jobs = self.jobs;
         let admitted: Vec<Admitted> = self
             .running
@@ -529,6 +567,9 @@ impl<'a> Sim<'a> {
                 arrival: jobs[j].arrival_ns(j),
                 leaving: false,
                 backfill: self.backfill[j],
+                ends_by: self.running_since[j]
+                    .filter(|_| deadlines)
+                    .map(|(s, _)| i128::from(s + jobs[j].deadline) * NS),
             })
             .collect();
         let waiting: Vec<Waiting> = self
@@ -541,6 +582,7 @@ impl<'a> Sim<'a> {
                 needs: jobs[j].pods.len(),
                 priority: 0,
                 arrival: jobs[j].arrival_ns(j),
+                runtime: deadlines.then(|| i128::from(jobs[j].deadline) * NS),
             })
             .collect();
         let input = Input {
@@ -553,7 +595,11 @@ impl<'a> Sim<'a> {
             now: i128::from(t) * NS,
         };
         let began = Instant::now();
-        let decision: Decision = decide(&input, &Policy::default());
+        let policy = Policy {
+            reclaim_grace: i128::from(grace) * NS,
+            ..Policy::default()
+        };
+        let decision: Decision = decide(&input, &policy);
         let took = began.elapsed();
         self.stats.decide_calls += 1;
         self.stats.decide_time += took;
@@ -669,6 +715,7 @@ impl<'a> Sim<'a> {
             for j in finished {
                 self.stop(j);
                 self.stats.done += 1;
+                self.stats.done_gpu_s += jobs[j].total_gpus() * jobs[j].duration as i64;
             }
             while next < jobs.len() && jobs[next].arrival <= t {
                 self.waiting.insert(next);
@@ -676,7 +723,7 @@ impl<'a> Sim<'a> {
             }
             if t % every == 0 {
                 match self.policy {
-                    Placer::Queue => self.queue_step(t),
+                    Placer::Queue { deadlines, grace } => self.queue_step(t, deadlines, grace),
                     Placer::FirstFit => self.first_fit_step(t),
                 }
             }
@@ -717,7 +764,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let fair = match self.policy {
-            Placer::Queue => self.fair,
+            Placer::Queue { .. } => self.fair,
             Placer::FirstFit => {
                 let mut demand = self.pending();
                 for (d, h) in demand.iter_mut().zip(self.held_by) {
@@ -806,7 +853,26 @@ fn main() {
             .map(|j| j.total_gpus() * j.duration as i64)
             .sum();
         let mut runs = Vec::new();
-        for policy in [Placer::Queue, Placer::FirstFit] {
+        let grace = args.reclaim_grace;
+        for policy in [
+            Placer::Queue {
+                deadlines: false,
+                grace: 0,
+            },
+            Placer::Queue {
+                deadlines: true,
+                grace: 0,
+            },
+            Placer::Queue {
+                deadlines: false,
+                grace,
+            },
+            Placer::Queue {
+                deadlines: true,
+                grace,
+            },
+            Placer::FirstFit,
+        ] {
             let began = Instant::now();
             let stats = Sim::new(&jobs, nodes, policy).run(seconds, every);
             let took = began.elapsed();
@@ -850,9 +916,9 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
         "| factory | policy | allocated under backlog | time ≥ 95 % | useful (running) | \
          fairness: max dev, mean | steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
          for reservations) | \
-         jobs done / never started | decide() calls/s (mean, max ms) |"
+         jobs done / never started | work done (GPU-s) | decide() calls/s (mean, max ms) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for f in factories {
         for (policy, s, _) in &f.runs {
             let b = s.backlog_steps.max(1) as f64;
@@ -874,7 +940,7 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 )
             };
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} pts | {:.0} % | {} | {} / {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.1} pts | {:.0} % | {} | {} / {} | {} | {} |",
                 f.name,
                 policy.label(),
                 pct(s.alloc_sum / b),
@@ -882,7 +948,7 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 pct(s.useful_sum / b),
                 s.max_dev_sum / steady,
                 s.within5_steps as f64 * 100.0 / steady,
-                if *policy == Placer::Queue {
+                if matches!(policy, Placer::Queue { .. }) {
                     format!(
                         "{} ({}; {} ({}))",
                         s.preemptions, s.lost_gpu_s, s.drained, s.drained_gpu_s
@@ -892,40 +958,46 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 },
                 s.done,
                 never,
+                s.done_gpu_s,
                 decisions
             );
         }
     }
     println!();
     println!("Wait from arrival to (first) start, seconds: p50 / p99 / max (`≥`: includes jobs never started, counted to the end of the run).\n");
+    let labels: Vec<String> = factories
+        .first()
+        .map(|f| f.runs.iter().map(|(p, _, _)| p.label()).collect())
+        .unwrap_or_default();
     println!(
-        "| factory | job size | jobs | GPU queue | first-fit | never started: queue / first-fit |"
+        "| factory | job size | jobs | {} | never started: {} |",
+        labels.join(" | "),
+        labels.join(" / ")
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|{}---|", "---|".repeat(labels.len()));
     for f in factories {
         for size in Size::ALL {
-            let get = |p: Placer| {
-                f.runs
-                    .iter()
-                    .find(|(q, _, _)| *q == p)
-                    .and_then(|(_, s, _)| s.waits.get(&size))
-                    .map(Vec::as_slice)
-                    .unwrap_or(&[])
-            };
-            let (q, ff) = (get(Placer::Queue), get(Placer::FirstFit));
-            if q.is_empty() {
+            let waits: Vec<&[(u64, bool)]> = f
+                .runs
+                .iter()
+                .map(|(_, s, _)| s.waits.get(&size).map(Vec::as_slice).unwrap_or(&[]))
+                .collect();
+            let jobs = waits.first().map_or(0, |w| w.len());
+            if jobs == 0 {
                 continue;
             }
-            let never = |w: &[(u64, bool)]| w.iter().filter(|(_, s)| !s).count();
+            let never: Vec<String> = waits
+                .iter()
+                .map(|w| w.iter().filter(|(_, s)| !s).count().to_string())
+                .collect();
+            let cells: Vec<String> = waits.iter().map(|w| wait_cell(w)).collect();
             println!(
-                "| {} | {} | {} | {} | {} | {} / {} |",
+                "| {} | {} | {} | {} | {} |",
                 f.name,
                 size.label(),
-                q.len(),
-                wait_cell(q),
-                wait_cell(ff),
-                never(q),
-                never(ff)
+                jobs,
+                cells.join(" | "),
+                never.join(" / ")
             );
         }
     }

@@ -26,6 +26,9 @@
 //!   records when the app containers first started and when they stopped for good with
 //!   nanoseconds ([`run_annotation`]), the times metering credits the pod between. A first run
 //!   lasts its run time from that precise start.
+//! * A pod active longer than its `activeDeadlineSeconds` (from `status.startTime`) has its
+//!   containers killed (exit 137) and is `Failed` with reason `DeadlineExceeded`, as a
+//!   kubelet does.
 //! * A pod being deleted (`deletionTimestamp`) is finished — deleted with a grace period of 0 —
 //!   once its simulated containers have stopped: `fabrik.dev/sim-stop-seconds` after the
 //!   deletion was asked for (default 0: they exit on SIGTERM at once), and never later than the
@@ -54,6 +57,9 @@ pub enum Step {
     /// Its containers have run their course and exited with this code, for good: `Succeeded`
     /// (0) or `Failed`.
     Exit(i32),
+    /// It has been active longer than its `activeDeadlineSeconds`: its containers are killed,
+    /// the pod `Failed` with reason `DeadlineExceeded`.
+    DeadlineExceeded,
     /// Its containers exited with this code and will be restarted after a back-off.
     Crash(i32),
     /// The back-off is over: run them again.
@@ -106,6 +112,9 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
     }
     if !started {
         return Step::Start;
+    }
+    if past_deadline(pod, now) {
+        return Step::DeadlineExceeded;
     }
     if phase == Some("Pending") && !regular_inits(pod).is_empty() {
         let run =
@@ -169,6 +178,28 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
         }
         _ => Step::Wait,
     }
+}
+
+/// Whether the pod has been active (since `status.startTime`) for its `activeDeadlineSeconds`
+/// or longer.
+fn past_deadline(pod: &Pod, now: Timestamp) -> bool {
+    let Some(deadline) = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.active_deadline_seconds)
+        .filter(|d| *d > 0)
+    else {
+        return false;
+    };
+    let Some(start) = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map(|t| t.0)
+    else {
+        return false;
+    };
+    now >= start + seconds(deadline as f64)
 }
 
 /// How long a container that exited `restarts` times waits before it runs again: 10 s,
@@ -581,6 +612,16 @@ pub fn exited_status(pod: &Pod, code: i32, now: Timestamp) -> Value {
     out
 }
 
+/// The status of a pod killed for running past its `activeDeadlineSeconds`: `Failed`, reason
+/// `DeadlineExceeded`, its containers terminated by SIGKILL (137), as the kubelet reports it.
+pub fn deadline_exceeded_status(pod: &Pod, now: Timestamp) -> Value {
+    let mut out = exited_status(pod, 137, now);
+    out["status"]["reason"] = json!("DeadlineExceeded");
+    out["status"]["message"] =
+        json!("Pod was active on the node longer than the specified deadline");
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -746,6 +787,39 @@ mod tests {
             s.phase = Some("Succeeded".into());
         }
         assert_eq!(step(&p, true, at(9)), Step::Wait, "terminal pods stay");
+    }
+
+    #[test]
+    fn a_pod_active_past_its_deadline_is_killed_and_fails() {
+        // Runs 100 s, but may be active 10 s at most: killed at 10 s, whatever its policy.
+        let mut p = pod();
+        p.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::sim::RUN_SECONDS.to_string(),
+            "100".to_string(),
+        )]));
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            start_time: Some(Time(at(0))),
+            ..Default::default()
+        });
+        if let Some(s) = p.spec.as_mut() {
+            s.active_deadline_seconds = Some(10);
+        }
+        assert_eq!(step(&p, true, at(9)), Step::Wait);
+        assert_eq!(step(&p, true, at(10)), Step::DeadlineExceeded);
+        let status = deadline_exceeded_status(&p, at(10));
+        assert_eq!(status["status"]["phase"], "Failed");
+        assert_eq!(status["status"]["reason"], "DeadlineExceeded");
+        assert_eq!(
+            status["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"],
+            137
+        );
+        // Not started yet (no startTime): no deadline runs.
+        p.status = None;
+        assert_eq!(step(&p, false, at(50)), Step::Start);
+        // A pod being deleted is finished, not failed.
+        let d = deleting(p.clone(), 0, 30);
+        assert_eq!(step(&d, true, at(50)), Step::Finish);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::{Api, Client};
-use serde_json::json;
+use serde_json::{json, Value};
 use thiserror::Error;
 
 use self::ips::PodIps;
@@ -251,7 +251,14 @@ impl Kubelet {
             let result = match step {
                 Step::Start => self.start(pod, now).await,
                 Step::InitNext => self.init_next(pod, now).await,
-                Step::Exit(code) => self.exit(pod, code, now).await,
+                Step::Exit(code) => {
+                    let status = lifecycle::exited_status(pod, code, now);
+                    self.exit(pod, code, status, now).await
+                }
+                Step::DeadlineExceeded => {
+                    let status = lifecycle::deadline_exceeded_status(pod, now);
+                    self.exit(pod, 137, status, now).await
+                }
                 Step::Crash(code) => self.crash(pod, code, now).await,
                 Step::Restart => self.restart(pod, now).await,
                 Step::Finish => self.finish(pod).await,
@@ -271,7 +278,7 @@ impl Kubelet {
                 if let Some(profile) = &self.single_mig {
                     metering::as_single_mig(&mut held, profile);
                 }
-                if done && matches!(step, Step::Exit(_) | Step::Finish) {
+                if done && matches!(step, Step::Exit(_) | Step::DeadlineExceeded | Step::Finish) {
                     for u in &mut held {
                         u.stopped = Some(now);
                     }
@@ -484,17 +491,14 @@ impl Kubelet {
         }
     }
 
-    async fn exit(&mut self, pod: &Pod, code: i32, now: Timestamp) -> Result<()> {
+    /// Its containers stopped for good with `code`; `status` says how.
+    async fn exit(&mut self, pod: &Pod, code: i32, status: Value, now: Timestamp) -> Result<()> {
         let ns = pod.metadata.namespace.clone().unwrap_or_default();
         let name = pod.metadata.name.clone().unwrap_or_default();
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
-        pods.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(&lifecycle::exited_status(pod, code, now)),
-        )
-        .await
-        .map_err(api(format!("completing pod {ns}/{name}")))?;
+        pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .map_err(api(format!("completing pod {ns}/{name}")))?;
         self.record_run(pod, metering::ANNOTATION_FINISHED_AT, now)
             .await;
         for (c, _) in lifecycle::container_names(pod) {
