@@ -252,6 +252,11 @@ pub struct QueueStatus {
     /// Of `admitted`, held beyond its guarantee.
     #[serde(default)]
     pub borrowed: i64,
+    /// Of `admitted`, held as backfill: GPUs the queue would otherwise leave idle, taken past
+    /// the tenant's fair share or on nodes reserved for another workload — the first to be
+    /// preempted.
+    #[serde(default)]
+    pub backfill: i64,
     /// Of its idle guarantee, held by other tenants.
     #[serde(default)]
     pub lent: i64,

@@ -225,6 +225,8 @@ pub struct Standing {
     pub admitted: i64,
     /// Held beyond the guarantee.
     pub borrowed: i64,
+    /// Held as backfill ([`Admission::backfill`]): the first to be preempted.
+    pub backfill: i64,
     /// Of its idle guarantee, held by others.
     pub lent: i64,
     /// Still waiting.
@@ -832,6 +834,26 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         }
     }
     let books = &run.books;
+    // Held as backfill, per tenant and resource: admitted so, now or before.
+    let mut backfill: BTreeMap<(&str, String), i64> = BTreeMap::new();
+    let backfilled = input
+        .admitted
+        .iter()
+        .filter(|a| a.backfill)
+        .map(|a| (a.tenant.as_str(), sum(a.pods.iter().map(|p| &p.request))));
+    let by_key: BTreeMap<&str, &Waiting> =
+        input.waiting.iter().map(|w| (w.key.as_str(), w)).collect();
+    let now_backfilled = run
+        .admit
+        .iter()
+        .filter(|a| a.backfill)
+        .filter_map(|a| by_key.get(a.key.as_str()))
+        .map(|w| (w.tenant.as_str(), w.gpus()));
+    for (tenant, gpus) in backfilled.chain(now_backfilled) {
+        for (r, n) in gpus {
+            *backfill.entry((tenant, r)).or_insert(0) += n;
+        }
+    }
     for r in &resources {
         // What borrowers hold beyond the capacity nobody is guaranteed comes out of the idle
         // guarantees others lend, in proportion to what each lends.
@@ -865,6 +887,10 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 guaranteed,
                 admitted: held,
                 borrowed: (held - guaranteed).max(0),
+                backfill: backfill
+                    .get(&(t.name.as_str(), r.clone()))
+                    .copied()
+                    .unwrap_or(0),
                 lent,
                 pending: books.pending(&t.name, r).max(0),
                 fair_share: fair_of(&t.name, r),
@@ -1965,6 +1991,9 @@ mod tests {
             .all(|a| a.backfill && a.placements[0].1 == other));
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
         assert_eq!(d.standings["a"]["nvidia.com/gpu"].fair_share, 8);
+        // Its standing says how much of what it holds is backfill.
+        assert_eq!(d.standings["a"]["nvidia.com/gpu"].admitted, 12);
+        assert_eq!(d.standings["a"]["nvidia.com/gpu"].backfill, 4);
         assert!(d.waiting.contains_key("fabrik-b/b-big"));
 
         // b's pod ends: its 8-GPU job needs the node a's backfill is on. Reclaim takes the
@@ -1978,6 +2007,7 @@ mod tests {
         i2.admitted = admitted;
         i2.nodes = placed;
         let d2 = decide(&i2, &Policy::default());
+        assert_eq!(d2.standings["a"]["nvidia.com/gpu"].backfill, 4);
         let mut taken: Vec<&str> = d2.preempt.iter().map(|p| p.key.as_str()).collect();
         taken.sort();
         assert_eq!(

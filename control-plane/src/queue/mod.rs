@@ -127,7 +127,7 @@ impl Figures {
             Err(p) => p.into_inner().clone(),
         };
         type Gauge = (&'static str, &'static str, fn(&QueueStatus) -> i64);
-        let gauges: [Gauge; 6] = [
+        let gauges: [Gauge; 7] = [
             (
                 "fabrik_queue_guaranteed_gpus",
                 "GPUs guaranteed to the tenant.",
@@ -142,6 +142,11 @@ impl Figures {
                 "fabrik_queue_borrowed_gpus",
                 "GPUs the tenant holds beyond its guarantee.",
                 |s| s.borrowed,
+            ),
+            (
+                "fabrik_queue_backfill_gpus",
+                "GPUs the tenant holds as backfill (the first to be preempted).",
+                |s| s.backfill,
             ),
             (
                 "fabrik_queue_lent_gpus",
@@ -748,6 +753,7 @@ async fn apply(
                 guaranteed: s.guaranteed,
                 admitted: s.admitted,
                 borrowed: s.borrowed,
+                backfill: s.backfill,
                 lent: s.lent,
                 pending: s.pending,
                 fair_share: s.fair_share,
