@@ -1274,11 +1274,31 @@ fn start_by(input: &Input, r: &Reservation, w: &Waiting, nodes: &[NodeView]) -> 
     None
 }
 
-/// Gives back, in a trial view of the nodes, what `pod` holds.
+/// Gives back, in a trial view of the nodes, what `pod` holds. A pod whose devices are not
+/// known (bound by a host scheduler that does not say which, on a node whose devices are
+/// counted from its `allocatable`) gives back as many used devices of each GPU resource as it
+/// asked for.
 fn release(view: &mut [NodeView], pod: &HeldPod) {
     if let Some(n) = view.iter_mut().find(|n| n.name == pod.node) {
         for (k, v) in &pod.request.requests {
             *n.free.entry(k.clone()).or_insert(0) += v;
+        }
+        if pod.devices.is_empty() {
+            for (r, want) in &pod.request.requests {
+                let mut left = *want;
+                for d in n
+                    .devices
+                    .iter_mut()
+                    .filter(|d| &d.resource == r && d.used > 0)
+                {
+                    if left <= 0 {
+                        break;
+                    }
+                    d.used -= 1;
+                    left -= 1;
+                }
+            }
+            return;
         }
         for d in n.devices.iter_mut() {
             if pod.devices.contains(&d.name) {
@@ -1741,6 +1761,17 @@ mod tests {
         // a is 2 over its share: one of its workloads goes, the newest.
         assert_eq!(d.preempt.len(), 1, "{:?}", d.preempt);
         assert_eq!(d.preempt[0].key, "fabrik-a/a2");
+        // The same where nobody knows which devices each pod holds (a host scheduler bound
+        // them on nodes whose GPUs are counted from `allocatable`).
+        let mut unnamed = i.clone();
+        for a in unnamed.admitted.iter_mut() {
+            for p in a.pods.iter_mut() {
+                p.devices.clear();
+            }
+        }
+        let d = decide(&unnamed, &Policy::default());
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-a/a2"]);
         // b waits for 4 more: a's surplus of 2 cannot make room; nothing is taken.
         let mut i = input(tenants, nodes, vec![waiting("b", "four", 4, 10)]);
         i.capacity.insert("nvidia.com/gpu".into(), 8);
