@@ -445,6 +445,73 @@ fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
     }
 }
 
+/// The only node is busy with whole-GPU runs when a tenant on MIG instances comes: past the
+/// starvation bound the queue lays the busy node out for MIG, and it drains — no new work goes
+/// there while its node agent waits for the GPUs in use, nothing is preempted — until the runs
+/// end and the layout applies; then the MIG pod runs.
+#[test]
+fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
+    let f = Fabrik::start_with(&["--nodes", "1", "--queue-starvation-seconds", "3"])
+        .expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let busy = f.create_tenant("busy", &["--gpus", "8"])?;
+        let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
+        for name in ["hold-0", "hold-1"] {
+            kc_apply_ok(&k, &busy, &gpu_pod(name, 1, 12))?;
+        }
+        let mut states = Default::default();
+        poll_until("busy's two runs started", WAIT, || {
+            states = pod_states(&k, &busy)?;
+            Ok(states.values().filter(|(p, _)| p == "Running").count() == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        kc_apply_ok(&k, &t, &gpu_deployment("serve", 1))?;
+        // The node is laid out for MIG while busy's runs hold two of its GPUs: it drains.
+        poll_until("the node's layout pending for MIG", WAIT, || {
+            let status = kc_ok(
+                &k,
+                &host,
+                &[
+                    "get",
+                    "nodes",
+                    "-o",
+                    r#"jsonpath={.items[0].metadata.annotations.fabrik\.dev/gpu-layout}|{.items[0].metadata.annotations.fabrik\.dev/gpu-layout-status}"#,
+                ],
+            )?;
+            Ok(status.contains("all-1g.18gb") && status.contains("pending"))
+        })?;
+        // Meanwhile no new work goes to the draining node, though six of its GPUs are free.
+        kc_apply_ok(&k, &busy, &gpu_pod("late", 1, 5))?;
+        std::thread::sleep(Duration::from_secs(3));
+        states = pod_states(&k, &busy)?;
+        match states.get("late") {
+            Some((phase, node)) if phase == "Pending" && node.is_empty() => {}
+            other => bail!("a pod went to the draining node: late {other:?}"),
+        }
+        kc_ok(&k, &busy, &["delete", "pod", "late", "--wait=false"])?;
+        // The runs end on their own (nothing is preempted), the layout applies, the MIG pod runs.
+        let mut seen = (0, 0, 0);
+        poll_until("the inference pod running on MIG", WAIT, || {
+            seen = pods_of(&k, &t, "serve")?;
+            Ok(seen.0 == 1)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        states = pod_states(&k, &busy)?;
+        for name in ["hold-0", "hold-1"] {
+            match states.get(name) {
+                Some((phase, _)) if phase == "Succeeded" => {}
+                other => bail!("{name} did not run to its end: {other:?}"),
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
 #[test]
 fn turning_the_queue_off_releases_the_pods_it_held() {
     let mut f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");

@@ -216,7 +216,20 @@ pub fn capacity(nodes: &[Node], views: &[NodeView]) -> Gpus {
     out
 }
 
-/// The queue's input: `tenants` with their resources, the host's nodes, slices and pods.
+/// Whether a node's GPU layout is being changed: its node agent reports the layout `pending`
+/// (waiting for busy GPUs, or part way through its steps).
+pub fn relayout_pending(node: &Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS))
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .is_some_and(|s| s["state"] == "pending")
+}
+
+/// The queue's input: `tenants` with their resources, the host's nodes, slices and pods. A
+/// node whose layout is being changed counts in the capacity but takes no new work, so that
+/// its busy GPUs drain and the node agent can lay it out.
 pub fn build(
     tenants: Vec<TenantQueue>,
     nodes: &[Node],
@@ -226,6 +239,11 @@ pub fn build(
 ) -> Input {
     let mut views = node_views(nodes, slices, pods);
     let capacity = capacity(nodes, &views);
+    for (view, node) in views.iter_mut().zip(nodes) {
+        if relayout_pending(node) {
+            view.schedulable = false;
+        }
+    }
     let known: BTreeMap<&str, &TenantQueue> =
         tenants.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();

@@ -4,10 +4,14 @@
 //! annotation ([`fabrik_api::ANNOTATION_GPU_LAYOUT`]), which its node agent applies (see
 //! `docs/node-agent.md`, "Layouts").
 //!
-//! Only idle nodes are touched (no pod holds or is admitted to any of their GPUs), one per
-//! decision, and a node repartitioned here is left alone for [`HOLD`] afterwards, so that two
+//! An idle node is taken first (no pod holds or is admitted to any of its GPUs). When none is
+//! and the demand has waited past the starvation bound, a busy node is laid out — the one with
+//! the fewest devices in use — and drains: while its node agent reports the layout `pending`
+//! the queue admits nothing new there ([`super::input::build`]), its runs end, and the agent
+//! applies the layout (nothing is preempted for it). One node per decision, one draining at a
+//! time, and a node repartitioned here is left alone for [`HOLD`] afterwards, so that two
 //! demands cannot toss a node between them. A node whose GPU model lacks the MIG profile asked
-//! for is not chosen. Draining busy GPUs for a layout is not done here.
+//! for is not chosen.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -59,8 +63,14 @@ impl Recent {
 }
 
 /// The node to repartition and its new layout, if some demand waits for a GPU kind no node
-/// offers and an idle node can offer it.
-pub fn plan(input: &Input, nodes: &[Node], recent: &Recent) -> Option<(String, String)> {
+/// offers and an idle node can offer it — or, once the demand has waited `drain_after`
+/// (nanoseconds), a busy one, to drain.
+pub fn plan(
+    input: &Input,
+    nodes: &[Node],
+    recent: &Recent,
+    drain_after: i128,
+) -> Option<(String, String)> {
     // Kinds asked for that no schedulable node offers, by how long they have waited.
     let mut wanted: BTreeMap<String, i128> = BTreeMap::new();
     for w in &input.waiting {
@@ -87,26 +97,37 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent) -> Option<(String, S
         .iter()
         .flat_map(|w| w.gpus().into_keys())
         .collect();
-    for (_, resource) in order {
-        let candidate = input
+    let draining = nodes.iter().any(super::input::relayout_pending);
+    for (since, resource) in order {
+        // (devices in use, devices of kinds other waiting work needs, node, layout)
+        let candidates = input
             .nodes
             .iter()
             .zip(nodes)
-            .filter(|(view, _)| view.schedulable && !busy.contains(view.name.as_str()))
-            .filter(|(view, _)| view.devices.iter().all(|d| d.used == 0))
-            .filter(|(view, _)| !recent.held(&view.name))
+            .filter(|(view, _)| view.schedulable && !recent.held(&view.name))
             .filter_map(|(view, node)| {
                 let labels = node.metadata.labels.clone().unwrap_or_default();
                 let layout = layout_for(&resource, &labels)?;
+                let used: i64 = view.devices.iter().map(|d| d.used).sum();
+                let in_use = if busy.contains(view.name.as_str()) {
+                    used.max(1)
+                } else {
+                    used
+                };
                 let offers_needed = view
                     .devices
                     .iter()
                     .filter(|d| needed.contains(&d.resource))
                     .count();
-                Some((offers_needed, view.name.clone(), layout))
-            })
-            .min();
-        if let Some((_, node, layout)) = candidate {
+                Some((in_use, offers_needed, view.name.clone(), layout))
+            });
+        let mut candidates: Vec<_> = candidates.collect();
+        candidates.sort();
+        let Some((in_use, _, node, layout)) = candidates.into_iter().next() else {
+            continue;
+        };
+        let may_drain = !draining && input.now - since >= drain_after;
+        if in_use == 0 || may_drain {
             return Some((node, layout));
         }
     }

@@ -544,8 +544,14 @@ async fn pass(
     state.reservations = decision.reservations.clone();
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
-    // A kind of GPU asked for that no node offers: an idle node is laid out for it.
-    if let Some((node, layout)) = layouts::plan(&input, &nodes, &state.repartitioned) {
+    // A kind of GPU asked for that no node offers: an idle node is laid out for it (or, past
+    // the starvation bound, a busy one, which drains).
+    if let Some((node, layout)) = layouts::plan(
+        &input,
+        &nodes,
+        &state.repartitioned,
+        policy.starvation_after,
+    ) {
         let what = format!("layout {node}");
         let patch =
             json!({"metadata": {"annotations": {fabrik_api::ANNOTATION_GPU_LAYOUT: layout}}});
