@@ -137,6 +137,79 @@ pub fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
+    use fabrik_gpu::queue::Waiting;
+
+    /// A host node of 8 H200s, `used` of them busy, and its view.
+    fn node(name: &str, used: i64, pending: bool) -> (Node, NodeView) {
+        let mut node: Node = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.memory": "143771"}},
+        }))
+        .expect("a node");
+        if pending {
+            node.metadata.annotations = Some(BTreeMap::from([(
+                fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
+                r#"{"state": "pending", "reason": "waiting for GPU 0"}"#.to_string(),
+            )]));
+        }
+        let view = NodeView {
+            name: name.into(),
+            schedulable: !pending,
+            devices: (0..8)
+                .map(|i| GpuDevice {
+                    name: format!("gpu-{i}"),
+                    uuid: String::new(),
+                    resource: fabrik_api::RESOURCE_GPU.into(),
+                    gpu: i,
+                    numa: 0,
+                    island: 0,
+                    slots: 1,
+                    used: i64::from(i < used),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        (node, view)
+    }
+
+    #[test]
+    fn a_busy_node_drains_for_a_kind_nobody_offers_once_it_has_waited_past_the_bound() {
+        let s = 1_000_000_000i128;
+        let plan_at = |shapes: &[(&str, i64, bool)], now: i128| {
+            let (nodes, views): (Vec<Node>, Vec<NodeView>) =
+                shapes.iter().map(|(n, u, p)| node(n, *u, *p)).unzip();
+            let input = Input {
+                nodes: views,
+                waiting: vec![Waiting {
+                    tenant: "infer".into(),
+                    key: "fabrik-infer/serve".into(),
+                    pods: vec![PodRequest {
+                        requests: BTreeMap::from([("nvidia.com/mig-1g.18gb".into(), 1)]),
+                        ..Default::default()
+                    }],
+                    needs: 1,
+                    priority: 0,
+                    arrival: 0,
+                    runtime: None,
+                }],
+                now,
+                ..Default::default()
+            };
+            plan(&input, &nodes, &Recent::default(), 60 * s).map(|(n, _)| n)
+        };
+        // Every node busy: nothing before the bound, then the one with the fewest GPUs in use.
+        let busy = [("n1", 3, false), ("n2", 1, false)];
+        assert_eq!(plan_at(&busy, 10 * s), None);
+        assert_eq!(plan_at(&busy, 61 * s).as_deref(), Some("n2"));
+        // One node drains at a time.
+        assert_eq!(plan_at(&[("n1", 3, false), ("n2", 1, true)], 61 * s), None);
+        // An idle node is laid out at once.
+        assert_eq!(
+            plan_at(&[("n1", 3, false), ("n3", 0, false)], 10 * s).as_deref(),
+            Some("n3")
+        );
+    }
 
     #[test]
     fn layouts_name_what_the_node_agent_lays_out() {

@@ -2,7 +2,7 @@
 //!
 //! On a machine without the driver, [`Nvml::init`] fails with a clear error and nothing else
 //! happens. Inventory, MIG mode and health use nvml-wrapper's safe API; MIG instance create /
-//! list / destroy go through [`super::nvml_mig`] (the crate's only unsafe code).
+//! list / destroy go through `super::nvml_mig` (the crate's only unsafe code).
 //!
 //! Health: uncorrectable volatile ECC counts that grew since the last poll, critical XID events
 //! (from an NVML event set, polled without blocking) and temperatures at or above the GPU's
