@@ -228,6 +228,63 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
     }
 }
 
+/// A borrower's pods that a PodDisruptionBudget protects are not chosen for reclaim: the
+/// borrower's other pods go instead, though the protected ones are newer.
+#[test]
+fn reclaim_leaves_the_pods_a_disruption_budget_protects() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let alpha = f.create_tenant("alpha", &["--gpus", "4"])?;
+        let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "4"])?;
+        let mut seen = (0, 0, 0);
+        kc_apply_ok(&k, &beta, &gpu_deployment("spare", 4))?;
+        poll_until("beta's spare pods bound", WAIT, || {
+            seen = pods_of(&k, &beta, "spare")?;
+            Ok(seen.0 == 4)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        kc_apply_ok(
+            &k,
+            &beta,
+            "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: keep}\nspec:\n  \
+             maxUnavailable: 0\n  selector: {matchLabels: {app: keep}}\n",
+        )?;
+        poll_until("the budget on the host", WAIT, || {
+            let out = kc_ok(
+                &k,
+                &host,
+                &["get", "pdb", "-n", "fabrik-beta", "-o", "name"],
+            )?;
+            Ok(!out.trim().is_empty())
+        })?;
+        // The newest, borrowed, and protected.
+        kc_apply_ok(&k, &beta, &gpu_deployment("keep", 4))?;
+        poll_until("beta's keep pods bound (borrowed)", WAIT, || {
+            seen = pods_of(&k, &beta, "keep")?;
+            Ok(seen.0 == 4)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        // alpha's demand returns: two of beta's GPUs come back — from spare.
+        kc_apply_ok(&k, &alpha, &gpu_deployment("serve", 2))?;
+        poll_until("alpha's 2 pods bound", WAIT, || {
+            seen = pods_of(&k, &alpha, "serve")?;
+            Ok(seen.0 == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: alpha {seen:?}"))?;
+        let keep = pods_of(&k, &beta, "keep")?;
+        let spare = pods_of(&k, &beta, "spare")?;
+        if keep != (4, 0, 0) || spare.2 != 2 {
+            bail!("keep (bound, queued, preempted) {keep:?}, spare {spare:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
 #[test]
 fn a_pod_gated_in_the_tenant_runs_only_once_its_gates_are_gone() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");

@@ -118,6 +118,9 @@ pub struct Admitted {
     /// When it will have ended at the latest (its start plus its pods' `activeDeadlineSeconds`,
     /// nanoseconds since the epoch); `None` when not known.
     pub ends_by: Option<i128>,
+    /// Whether a PodDisruptionBudget allows none of its pods to go now: it is never chosen to
+    /// be preempted (reclaim takes others, or waits).
+    pub protected: bool,
 }
 
 /// Platform-wide settings.
@@ -1404,7 +1407,7 @@ fn reclaim(
                 .admitted
                 .iter()
                 .filter(|a| !a.leaving && a.tenant != *tenant && !taken.contains(&a.key))
-                .filter(|a| !ending(a))
+                .filter(|a| !a.protected && !ending(a))
                 .filter(|a| {
                     sum(a.pods.iter().map(|p| &p.request))
                         .keys()
@@ -1548,7 +1551,7 @@ fn drain(
     let mut backfill: Vec<&Admitted> = input
         .admitted
         .iter()
-        .filter(|a| !going(a) && drainable(a, r) && !cheaper_to_wait(a))
+        .filter(|a| !going(a) && !a.protected && drainable(a, r) && !cheaper_to_wait(a))
         .collect();
     backfill.sort_by_key(|a| (std::cmp::Reverse(a.admitted_at), a.key.clone()));
     let mut chosen = Vec::new();
@@ -1704,6 +1707,7 @@ mod tests {
                     leaving: false,
                     backfill: a.backfill,
                     ends_by: None,
+                    protected: false,
                 }
             })
             .collect()
@@ -1737,6 +1741,7 @@ mod tests {
             leaving: false,
             backfill: false,
             ends_by: None,
+            protected: false,
         }
     }
 
@@ -1772,6 +1777,18 @@ mod tests {
         let d = decide(&unnamed, &Policy::default());
         let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(taken, vec!["fabrik-a/a2"]);
+        // A disruption budget protects a2: the next newest goes instead; protecting all of a's
+        // workloads, nothing does.
+        let mut budgeted = i.clone();
+        budgeted.admitted[2].protected = true;
+        let d = decide(&budgeted, &Policy::default());
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-a/a1"]);
+        for a in budgeted.admitted.iter_mut() {
+            a.protected = true;
+        }
+        let d = decide(&budgeted, &Policy::default());
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
         // b waits for 4 more: a's surplus of 2 cannot make room; nothing is taken.
         let mut i = input(tenants, nodes, vec![waiting("b", "four", 4, 10)]);
         i.capacity.insert("nvidia.com/gpu".into(), 8);

@@ -56,7 +56,7 @@ pub mod serviceaccount;
 mod shared;
 pub mod statefulset;
 
-pub use shared::Shutdown;
+pub use shared::{selector_matches, Shutdown};
 
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};

@@ -8,7 +8,10 @@ use fabrik_api::tenant::Tenant;
 use fabrik_gpu::placement::fit;
 use fabrik_gpu::placement::model::{self, GpuDevice, NodeView};
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use fabrik_gpu::queue::{Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
 
@@ -227,14 +230,85 @@ pub fn relayout_pending(node: &Node) -> bool {
         .is_some_and(|s| s["state"] == "pending")
 }
 
-/// The queue's input: `tenants` with their resources, the host's nodes, slices and pods. A
-/// node whose layout is being changed counts in the capacity but takes no new work, so that
-/// its busy GPUs drain and the node agent can lay it out.
+/// How many pods a PodDisruptionBudget lets go now: its status where a disruption controller
+/// keeps it (a real host), else counted as the eviction subresource of Fabrik's own host
+/// counts it — from its `minAvailable` / `maxUnavailable` and the Ready pods it selects of
+/// `all` (the host's pods).
+fn disruptions_allowed(pdb: &PodDisruptionBudget, selector: &LabelSelector, all: &[Pod]) -> i64 {
+    if let Some(allowed) = pdb.status.as_ref().and_then(|s| s.disruptions_allowed) {
+        return i64::from(allowed);
+    }
+    let ns = pdb.metadata.namespace.as_deref();
+    let selected: Vec<&Pod> = all
+        .iter()
+        .filter(|p| p.metadata.namespace.as_deref() == ns)
+        .filter(|p| {
+            let labels = p.metadata.labels.clone().unwrap_or_default();
+            fabrik_controllers::selector_matches(selector, &labels)
+        })
+        .collect();
+    let expected = selected.len() as i64;
+    let healthy = selected
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .count() as i64;
+    let resolve = |v: &IntOrString| match v {
+        IntOrString::Int(n) => i64::from(*n),
+        IntOrString::String(s) => s
+            .strip_suffix('%')
+            .and_then(|p| p.trim().parse::<i64>().ok())
+            .map_or(0, |p| (p * expected + 99) / 100),
+    };
+    let spec = pdb.spec.as_ref();
+    match (
+        spec.and_then(|s| s.min_available.as_ref()),
+        spec.and_then(|s| s.max_unavailable.as_ref()),
+    ) {
+        (Some(min), _) => healthy - resolve(min),
+        (None, Some(max)) => resolve(max) - (expected - healthy),
+        (None, None) => healthy - 1,
+    }
+}
+
+/// Whether taking `pods` (of one workload, in one namespace) now would break a
+/// PodDisruptionBudget of theirs: one that selects more of them than it lets go (policy/v1: a
+/// PDB without a selector selects nothing, an empty one every pod).
+fn budget_refuses(pods: &[&Pod], pdbs: &[PodDisruptionBudget], all: &[Pod]) -> bool {
+    let Some(ns) = pods.first().and_then(|p| p.metadata.namespace.as_deref()) else {
+        return false;
+    };
+    pdbs.iter()
+        .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
+        .any(|b| {
+            let Some(selector) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
+                return false;
+            };
+            let selected = pods
+                .iter()
+                .filter(|p| {
+                    let labels = p.metadata.labels.clone().unwrap_or_default();
+                    fabrik_controllers::selector_matches(selector, &labels)
+                })
+                .count() as i64;
+            selected > 0 && selected > disruptions_allowed(b, selector, all)
+        })
+}
+
+/// The queue's input: `tenants` with their resources, the host's nodes, slices, pods and
+/// PodDisruptionBudgets. A node whose layout is being changed counts in the capacity but takes
+/// no new work, so that its busy GPUs drain and the node agent can lay it out.
 pub fn build(
     tenants: Vec<TenantQueue>,
     nodes: &[Node],
     slices: &[ResourceSlice],
     pods: &[Pod],
+    pdbs: &[PodDisruptionBudget],
     now: i128,
 ) -> Input {
     let mut views = node_views(nodes, slices, pods);
@@ -249,6 +323,7 @@ pub fn build(
     let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();
     let mut admitted: BTreeMap<String, Admitted> = BTreeMap::new();
     let mut admitted_members: BTreeMap<String, usize> = BTreeMap::new();
+    let mut admitted_pods: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
     for pod in pods {
         let Some(tenant) = pod
             .metadata
@@ -312,6 +387,7 @@ pub fn build(
             }
         }
         *admitted_members.entry(key.clone()).or_insert(0) += 1;
+        admitted_pods.entry(key.clone()).or_default().push(pod);
         let a = admitted.entry(key.clone()).or_insert_with(|| Admitted {
             tenant: tenant.clone(),
             key,
@@ -322,6 +398,7 @@ pub fn build(
             leaving: false,
             backfill: false,
             ends_by: ends_by(pod, now),
+            protected: false,
         });
         a.ends_by = later(a.ends_by, ends_by(pod, now));
         a.leaving |= leaving(pod);
@@ -338,6 +415,11 @@ pub fn build(
     for w in waiting.values_mut() {
         let already = admitted_members.get(&w.key).copied().unwrap_or(0);
         w.needs = w.needs.saturating_sub(already);
+    }
+    for (key, a) in admitted.iter_mut() {
+        if let Some(of) = admitted_pods.get(key) {
+            a.protected = budget_refuses(of, pdbs, pods);
+        }
     }
     Input {
         tenants,
@@ -426,6 +508,7 @@ mod tests {
                 gpu_pod("p0", true, Some(60), None),
                 gpu_pod("p1", true, Some(90), None),
             ],
+            &[],
             now,
         );
         assert_eq!(i.waiting[0].runtime, Some(90 * s));
@@ -437,6 +520,7 @@ mod tests {
                 gpu_pod("p0", true, Some(60), None),
                 gpu_pod("p1", true, None, None),
             ],
+            &[],
             now,
         );
         assert_eq!(i.waiting[0].runtime, None);
@@ -449,6 +533,7 @@ mod tests {
                 gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z")),
                 gpu_pod("p1", false, Some(60), None),
             ],
+            &[],
             now,
         );
         assert_eq!(i.admitted[0].ends_by, Some(now + 60 * s));
@@ -458,8 +543,98 @@ mod tests {
             &[],
             &[],
             &[gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z"))],
+            &[],
             now,
         );
         assert_eq!(i.admitted[0].ends_by, Some(900 * s + 60 * s));
+    }
+
+    #[test]
+    fn a_workload_its_disruption_budget_protects_is_marked_so() {
+        let pdb = |allowed: i32, selector: serde_json::Value| -> PodDisruptionBudget {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "keep", "namespace": "fabrik-a"},
+                "spec": {"selector": selector},
+                "status": {"disruptionsAllowed": allowed, "currentHealthy": 2,
+                    "desiredHealthy": 2, "expectedPods": 2},
+            }))
+            .expect("a PDB")
+        };
+        let mut p0 = gpu_pod("p0", false, None, None);
+        let mut p1 = gpu_pod("p1", false, None, None);
+        for p in [&mut p0, &mut p1] {
+            p.metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("app".into(), "keep".into());
+        }
+        let protected = |p0: &Pod, p1: &Pod, pdbs: &[PodDisruptionBudget]| {
+            let tenants = vec![TenantQueue {
+                name: "a".into(),
+                ..Default::default()
+            }];
+            let i = build(tenants, &[], &[], &[p0.clone(), p1.clone()], pdbs, 0);
+            i.admitted[0].protected
+        };
+        let app = serde_json::json!({"matchLabels": {"app": "keep"}});
+        // No budget, or one that allows both to go: fair game.
+        assert!(!protected(&p0, &p1, &[]));
+        assert!(!protected(&p0, &p1, &[pdb(2, app.clone())]));
+        // The gang's two pods, one disruption allowed: taking the gang would break it.
+        assert!(protected(&p0, &p1, &[pdb(1, app.clone())]));
+        assert!(
+            protected(&p0, &p1, &[pdb(0, serde_json::json!({}))]),
+            "an empty selector selects all"
+        );
+        // A budget of other pods, or of another namespace, does not count.
+        assert!(!protected(
+            &p0,
+            &p1,
+            &[pdb(0, serde_json::json!({"matchLabels": {"app": "other"}}))]
+        ));
+        let mut elsewhere = pdb(0, app.clone());
+        elsewhere.metadata.namespace = Some("fabrik-b".into());
+        assert!(!protected(&p0, &p1, &[elsewhere]));
+        // No status (a host without a disruption controller): counted from the spec and the
+        // pods. Neither pod is Ready: `maxUnavailable: 2` is used up already.
+        let counted = |spec: serde_json::Value| -> PodDisruptionBudget {
+            let mut spec = spec;
+            spec["selector"] = app.clone();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "keep", "namespace": "fabrik-a"}, "spec": spec}))
+            .expect("a PDB")
+        };
+        assert!(protected(
+            &p0,
+            &p1,
+            &[counted(serde_json::json!({"maxUnavailable": 2}))]
+        ));
+        for p in [&mut p0, &mut p1] {
+            p.status = Some(
+                serde_json::from_value(serde_json::json!({
+                "phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}))
+                .expect("a status"),
+            );
+        }
+        assert!(!protected(
+            &p0,
+            &p1,
+            &[counted(serde_json::json!({"maxUnavailable": 2}))]
+        ));
+        assert!(protected(
+            &p0,
+            &p1,
+            &[counted(serde_json::json!({"maxUnavailable": 1}))]
+        ));
+        assert!(protected(
+            &p0,
+            &p1,
+            &[counted(serde_json::json!({"minAvailable": "50%"}))]
+        ));
+        assert!(!protected(
+            &p0,
+            &p1,
+            &[counted(serde_json::json!({"minAvailable": 0}))]
+        ));
     }
 }

@@ -34,6 +34,7 @@ use std::time::Duration;
 use fabrik_api::tenant::{QueueStatus, Tenant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
@@ -368,6 +369,7 @@ pub async fn run(
     let (tenants, tenants_w) = reflector::store::<Tenant>();
     let (slices, slices_w) = reflector::store::<ResourceSlice>();
     let (policies, policies_w) = reflector::store::<ConfigMap>();
+    let (budgets, budgets_w) = reflector::store::<PodDisruptionBudget>();
     let mut tasks = vec![
         spawn_watch(
             watcher(
@@ -424,12 +426,38 @@ pub async fn run(
             "resourceslices",
         ));
     }
+    // PodDisruptionBudgets, so that no workload a budget protects is chosen for preemption.
+    let budgets_served = Api::<PodDisruptionBudget>::all(host.clone())
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+        .is_ok();
+    if budgets_served {
+        tasks.push(spawn_watch(
+            watcher(
+                Api::<PodDisruptionBudget>::all(host.clone()),
+                watcher::Config::default(),
+            )
+            .default_backoff()
+            .reflect(budgets_w)
+            .boxed(),
+            changed.clone(),
+            "poddisruptionbudgets",
+        ));
+    } else {
+        tracing::warn!(
+            "GPU queue: the host's PodDisruptionBudgets cannot be listed; preemptions will not \
+             avoid the workloads they protect (evictions still honour them)"
+        );
+    }
     let ready = async {
         let _ = pods.wait_until_ready().await;
         let _ = nodes.wait_until_ready().await;
         let _ = tenants.wait_until_ready().await;
         if slices_served {
             let _ = slices.wait_until_ready().await;
+        }
+        if budgets_served {
+            let _ = budgets.wait_until_ready().await;
         }
     };
     tokio::pin!(shutdown);
@@ -452,6 +480,7 @@ pub async fn run(
                 nodes: &nodes,
                 tenants: &tenants,
                 slices: &slices,
+                budgets: &budgets,
             };
             pass(&host, &settings, &figures, &*resources, stores, &mut state).await;
         }
@@ -467,6 +496,7 @@ struct Stores<'a> {
     nodes: &'a Store<Node>,
     tenants: &'a Store<Tenant>,
     slices: &'a Store<ResourceSlice>,
+    budgets: &'a Store<PodDisruptionBudget>,
 }
 
 /// What the controller remembers between decisions.
@@ -534,7 +564,13 @@ async fn pass(
         .filter(|t| t.metadata.deletion_timestamp.is_none())
         .map(|t| input::tenant_queue(t, resources(t)))
         .collect();
-    let mut input = input::build(queues, &nodes, &slices, &pods, now_nanos());
+    let budgets: Vec<PodDisruptionBudget> = stores
+        .budgets
+        .state()
+        .iter()
+        .map(|b| (**b).clone())
+        .collect();
+    let mut input = input::build(queues, &nodes, &slices, &pods, &budgets, now_nanos());
     input.reservations = state.reservations.clone();
     let policy = match stores.policies.state().first() {
         Some(cm) => policy_from(cm, &settings.policy, state),

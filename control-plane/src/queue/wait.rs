@@ -140,6 +140,7 @@ mod tests {
             leaving: false,
             backfill: false,
             ends_by: None,
+            protected: false,
         }
     }
 

@@ -570,6 +570,7 @@ impl<'a> Sim<'a> {
                 ends_by: self.running_since[j]
                     .filter(|_| deadlines)
                     .map(|(s, _)| i128::from(s + jobs[j].deadline) * NS),
+                protected: false,
             })
             .collect();
         let waiting: Vec<Waiting> = self
