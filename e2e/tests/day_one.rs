@@ -66,6 +66,12 @@ fn a_second_fabrik_up_on_a_live_data_dir_touches_nothing() -> Result<()> {
     let f = Fabrik::start()?;
     let dir = f.data_dir();
     let kubeconfig = std::fs::read(f.kubeconfig())?;
+    // The running server makes its simulated nodes' state directory just after it serves.
+    e2e::poll_until(
+        "the simulated nodes' state directory",
+        std::time::Duration::from_secs(60),
+        || Ok(dir.join("nodes").is_dir()),
+    )?;
     let before = listing(&dir)?;
 
     let out = up_fails(&[

@@ -166,8 +166,8 @@ pub struct Reservation {
     pub since: i128,
     /// When its workload will fit on its nodes at the latest, with the backfill there gone:
     /// when the last of the runs it drains behind ends (their `activeDeadlineSeconds`);
-    /// `None` while one of them has no known end. Backfill known to end by then goes on its
-    /// nodes without delaying it, and is not preempted for it.
+    /// `None` while one of them has no known end. Where it is known, backfill goes on its
+    /// nodes only when it is known to end by then (so it delays nothing).
     pub start_by: Option<i128>,
 }
 

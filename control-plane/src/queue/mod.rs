@@ -8,8 +8,9 @@
 //! scheduler the host runs then binds it there. A tenant's `quota.gpus` is its guarantee; beyond it a tenant borrows idle
 //! GPUs up to its `queue.borrowingLimit`, shared among borrowers by weight; when an owner's
 //! demand comes back, borrowed workloads are preempted (whole gangs, lowest priority and newest
-//! first, through the Eviction API so that PodDisruptionBudgets hold) until every tenant is at
-//! its fair share: the queue marks each pod (`DisruptionTarget`, reason
+//! first, through the Eviction API so that PodDisruptionBudgets hold; never a workload a budget
+//! protects now; after the policy's reclaim grace, and never a borrower declared to end within
+//! it) until every tenant is at its fair share: the queue marks each pod (`DisruptionTarget`, reason
 //! [`fabrik_api::REASON_QUEUE_RECLAIM`]); the tenant's syncer tells the tenant (the condition,
 //! an Event, the pod `Failed` with reason `Preempted`) and evicts the host pod within its own
 //! grace period; a marked pod still there after [`Settings::evict_after`] is evicted here. A
