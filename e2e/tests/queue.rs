@@ -555,13 +555,19 @@ fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
             Ok(seen.0 == 1)
         })
         .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
-        states = pod_states(&k, &busy)?;
-        for name in ["hold-0", "hold-1"] {
-            match states.get(name) {
-                Some((phase, _)) if phase == "Succeeded" => {}
-                other => bail!("{name} did not run to its end: {other:?}"),
+        // (The tenant's copies of their status may trail the host's by a moment.)
+        poll_until("busy's runs ended on their own", WAIT, || {
+            states = pod_states(&k, &busy)?;
+            let phases: Vec<&str> = ["hold-0", "hold-1"]
+                .iter()
+                .map(|n| states.get(*n).map_or("", |(phase, _)| phase.as_str()))
+                .collect();
+            if phases.contains(&"Failed") {
+                bail!("a run was cut short: {states:?}");
             }
-        }
+            Ok(phases.iter().all(|p| *p == "Succeeded"))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
         Ok(())
     };
     if let Err(e) = run() {

@@ -241,11 +241,7 @@ fn disruptions_allowed(pdb: &PodDisruptionBudget, selector: &LabelSelector, all:
     let ns = pdb.metadata.namespace.as_deref();
     let selected: Vec<&Pod> = all
         .iter()
-        .filter(|p| p.metadata.namespace.as_deref() == ns)
-        .filter(|p| {
-            let labels = p.metadata.labels.clone().unwrap_or_default();
-            fabrik_controllers::selector_matches(selector, &labels)
-        })
+        .filter(|p| p.metadata.namespace.as_deref() == ns && selects(selector, p))
         .collect();
     let expected = selected.len() as i64;
     let healthy = selected
@@ -276,27 +272,39 @@ fn disruptions_allowed(pdb: &PodDisruptionBudget, selector: &LabelSelector, all:
     }
 }
 
+/// Whether `selector` selects `pod` by its labels.
+fn selects(selector: &LabelSelector, pod: &Pod) -> bool {
+    let none = BTreeMap::new();
+    let labels = pod.metadata.labels.as_ref().unwrap_or(&none);
+    fabrik_controllers::selector_matches(selector, labels)
+}
+
 /// Whether taking `pods` (of one workload, in one namespace) now would break a
 /// PodDisruptionBudget of theirs: one that selects more of them than it lets go (policy/v1: a
-/// PDB without a selector selects nothing, an empty one every pod).
-fn budget_refuses(pods: &[&Pod], pdbs: &[PodDisruptionBudget], all: &[Pod]) -> bool {
+/// PDB without a selector selects nothing, an empty one every pod). `allowed` keeps what each
+/// budget (by index) lets go, counted once per decision.
+fn budget_refuses(
+    pods: &[&Pod],
+    pdbs: &[PodDisruptionBudget],
+    all: &[Pod],
+    allowed: &mut BTreeMap<usize, i64>,
+) -> bool {
     let Some(ns) = pods.first().and_then(|p| p.metadata.namespace.as_deref()) else {
         return false;
     };
     pdbs.iter()
-        .filter(|b| b.metadata.namespace.as_deref() == Some(ns))
-        .any(|b| {
+        .enumerate()
+        .filter(|(_, b)| b.metadata.namespace.as_deref() == Some(ns))
+        .any(|(i, b)| {
             let Some(selector) = b.spec.as_ref().and_then(|s| s.selector.as_ref()) else {
                 return false;
             };
-            let selected = pods
-                .iter()
-                .filter(|p| {
-                    let labels = p.metadata.labels.clone().unwrap_or_default();
-                    fabrik_controllers::selector_matches(selector, &labels)
-                })
-                .count() as i64;
-            selected > 0 && selected > disruptions_allowed(b, selector, all)
+            let selected = pods.iter().filter(|p| selects(selector, p)).count() as i64;
+            selected > 0
+                && selected
+                    > *allowed
+                        .entry(i)
+                        .or_insert_with(|| disruptions_allowed(b, selector, all))
         })
 }
 
@@ -416,9 +424,10 @@ pub fn build(
         let already = admitted_members.get(&w.key).copied().unwrap_or(0);
         w.needs = w.needs.saturating_sub(already);
     }
+    let mut allowed = BTreeMap::new();
     for (key, a) in admitted.iter_mut() {
         if let Some(of) = admitted_pods.get(key) {
-            a.protected = budget_refuses(of, pdbs, pods);
+            a.protected = budget_refuses(of, pdbs, pods, &mut allowed);
         }
     }
     Input {
