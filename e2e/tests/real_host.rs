@@ -1208,8 +1208,10 @@ spec:
 
 /// Step 4h: on the real kube-apiserver with kube-scheduler binding, and the chart's RBAC: team-b
 /// (2 guaranteed, may borrow 14) takes the 15 GPUs team-a leaves idle; team-a (2 guaranteed,
-/// holding 1) asks for its second; the queue preempts one of team-b's borrowed pods (evicted
-/// through the Eviction API), tells team-b why, and team-a's pod runs where it freed.
+/// holding 1) asks for its second; while a disruption budget (its status kept by the real
+/// disruption controller) protects team-b's pods the queue takes none; once it is gone the
+/// queue preempts one of team-b's borrowed pods (evicted through the Eviction API), tells
+/// team-b why, and team-a's pod runs where it freed.
 fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result<()> {
     const B_NS: &str = "fabrik-team-b";
     let work = w.work.clone();
@@ -1256,6 +1258,28 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
             ))
         },
     )?;
+    // First team-b's pods are under a disruption budget that lets none go; the real
+    // disruption controller keeps its status on the host.
+    let budget = work.join("fill-pdb.yaml");
+    std::fs::write(
+        &budget,
+        "apiVersion: policy/v1\nkind: PodDisruptionBudget\nmetadata: {name: fill}\nspec:\n  \
+         maxUnavailable: 0\n  selector: {matchLabels: {app: fill}}\n",
+    )?;
+    kc_ok(k, &bkc, &["apply", "-f", &budget.display().to_string()])?;
+    poll(
+        "the budget's host copy with its status: no disruption allowed",
+        60,
+        || {
+            let pdbs = get_json(k, admin, &["get", "pdb", "-n", B_NS])?;
+            let ok = items(&pdbs).iter().any(|b| {
+                b["status"]["observedGeneration"].as_i64().is_some()
+                    && b["status"]["disruptionsAllowed"] == 0
+                    && b["status"]["currentHealthy"] == 15
+            });
+            Ok((ok, pdbs.to_string()))
+        },
+    )?;
     let second = work.join("gpu-pod-2.yaml");
     std::fs::write(&second, GPU_POD.replace("name: train,", "name: train-2,"))?;
     // (Once the claim step's pod and claim have left team-a's quota.)
@@ -1266,6 +1290,41 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
             String::from_utf8_lossy(&out.stderr).into_owned(),
         ))
     })?;
+    // The budget protects every one of team-b's pods: the queue takes none; team-a waits.
+    poll("team-a's second GPU pod told it waits", 60, || {
+        let p = get_json(k, tkc, &["get", "pod", "train-2"])?;
+        let queued = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| {
+                c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("queued by Fabrik's GPU queue"))
+            });
+        Ok((queued, p["status"].to_string()))
+    })?;
+    std::thread::sleep(Duration::from_secs(3));
+    let pods = get_json(k, admin, &["get", "pods", "-n", B_NS])?;
+    let marked = items(&pods)
+        .iter()
+        .filter(|p| {
+            p["metadata"]["deletionTimestamp"].is_string()
+                || p["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "DisruptionTarget")
+        })
+        .count();
+    if marked != 0 {
+        bail!(
+            "the queue preempted pods a budget protects:\n{}",
+            pod_lines(&pods)
+        );
+    }
+    // The budget goes: reclaim takes one of team-b's borrowed pods.
+    kc_ok(k, &bkc, &["delete", "pdb", "fill"])?;
     poll("team-a's second GPU pod Running on a GPU node", 120, || {
         w.check_running()?;
         let p = get_json(k, tkc, &["get", "pod", "train-2"])?;
