@@ -1745,6 +1745,30 @@ mod tests {
         }
     }
 
+    /// Tenants t and o (8 guaranteed, 8 more they may borrow) on `nodes` (two of 8), at `now`.
+    fn t_and_o(
+        nodes: Vec<NodeView>,
+        admitted: Vec<Admitted>,
+        waiting: Vec<Waiting>,
+        now: i128,
+    ) -> Input {
+        let mut i = input(vec![tenant("t", 8, 8), tenant("o", 8, 8)], nodes, waiting);
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted;
+        i.now = now;
+        i
+    }
+
+    /// Node n2 reserved for t's 8-GPU `big` since `since`.
+    fn n2_for_big(since: i128) -> Reservation {
+        Reservation {
+            key: "fabrik-t/big".into(),
+            nodes: BTreeSet::from(["n2".to_string()]),
+            since,
+            start_by: None,
+        }
+    }
+
     #[test]
     fn reclaim_never_takes_a_borrower_below_its_fair_share() {
         // One node of 8: a (4 guaranteed, may borrow 4) holds 6 in three workloads of 2; b (4
@@ -2080,20 +2104,13 @@ mod tests {
             let mut late = hold(&mut nodes, "o", "o-late", 2, 150 * s);
             late.backfill = true;
             admitted.push(late);
-            let mut i = input(
-                vec![tenant("t", 8, 8), tenant("o", 8, 8)],
+            let mut i = t_and_o(
                 nodes,
+                admitted,
                 vec![waiting("t", "big", 8, 0), waiting("o", "more", 1, 10 * s)],
+                200 * s,
             );
-            i.capacity.insert("nvidia.com/gpu".into(), 16);
-            i.admitted = admitted;
-            i.now = 200 * s;
-            i.reservations = vec![Reservation {
-                key: "fabrik-t/big".into(),
-                nodes: BTreeSet::from(["n2".to_string()]),
-                since: 100 * s,
-                start_by: None,
-            }];
+            i.reservations = vec![n2_for_big(100 * s)];
             // Reclaim (o is above its fair share) would take the backfill anyway: off, to see
             // the reservation alone.
             let policy = Policy {
@@ -2185,20 +2202,13 @@ mod tests {
         short.runtime = Some(50 * s);
         let mut long = waiting("o", "long", 1, 10 * s);
         long.runtime = Some(1_000 * s);
-        let mut i = input(
-            vec![tenant("t", 8, 8), tenant("o", 8, 8)],
+        let mut i = t_and_o(
             nodes,
+            admitted,
             vec![waiting("t", "big", 8, 0), long, short],
+            200 * s,
         );
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
-        i.admitted = admitted;
-        i.now = 200 * s;
-        i.reservations = vec![Reservation {
-            key: "fabrik-t/big".into(),
-            nodes: BTreeSet::from(["n2".to_string()]),
-            since: 100 * s,
-            start_by: None,
-        }];
+        i.reservations = vec![n2_for_big(100 * s)];
         let policy = Policy {
             reclaim: false,
             ..Policy::default()
@@ -2226,14 +2236,7 @@ mod tests {
             bf.backfill = true;
             bf.ends_by = Some(ends);
             admitted.push(bf);
-            let mut i = input(
-                vec![tenant("t", 8, 8), tenant("o", 8, 8)],
-                nodes,
-                vec![waiting("t", "big", 8, 0)],
-            );
-            i.capacity.insert("nvidia.com/gpu".into(), 16);
-            i.admitted = admitted;
-            i.now = 260 * s;
+            let mut i = t_and_o(nodes, admitted, vec![waiting("t", "big", 8, 0)], 260 * s);
             i.reservations = d.reservations.clone();
             let later = decide(&i, &policy);
             let taken: Vec<&str> = later.preempt.iter().map(|p| p.key.as_str()).collect();

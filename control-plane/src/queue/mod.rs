@@ -229,6 +229,34 @@ where
     })
 }
 
+/// Watches every object of kind `K` into `writer` where the host lets Fabrik list them (one
+/// list of one object tells); `None` where it does not.
+async fn watch_if_served<K>(
+    host: &Client,
+    writer: reflector::store::Writer<K>,
+    changed: &Arc<Notify>,
+    what: &'static str,
+) -> Option<tokio::task::JoinHandle<()>>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api = Api::<K>::all(host.clone());
+    api.list(&kube::api::ListParams::default().limit(1))
+        .await
+        .ok()?;
+    let stream = watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .boxed();
+    Some(spawn_watch(stream, changed.clone(), what))
+}
+
 /// The platform's queue policy on the host: ConfigMap `fabrik-gpu-queue` in the control plane's
 /// namespace ([`Settings::namespace`], `fabrik-system` by default),
 /// keys `reclaim` (`true`/`false`), `starvationSeconds` and `groupWeights` (the weight of each
@@ -249,20 +277,15 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             other => problems.push(format!("reclaim: {other:?} is not true or false")),
         }
     }
-    if let Some(v) = data.get("starvationSeconds") {
-        match v.trim().parse::<u32>() {
-            Ok(n) => policy.starvation_after = i128::from(n) * 1_000_000_000,
-            Err(_) => problems.push(format!(
-                "starvationSeconds: {v:?} is not a whole number of seconds"
-            )),
-        }
-    }
-    if let Some(v) = data.get("reclaimGraceSeconds") {
-        match v.trim().parse::<u32>() {
-            Ok(n) => policy.reclaim_grace = i128::from(n) * 1_000_000_000,
-            Err(_) => problems.push(format!(
-                "reclaimGraceSeconds: {v:?} is not a whole number of seconds"
-            )),
+    for (key, nanos) in [
+        ("starvationSeconds", &mut policy.starvation_after),
+        ("reclaimGraceSeconds", &mut policy.reclaim_grace),
+    ] {
+        if let Some(v) = data.get(key) {
+            match v.trim().parse::<u32>() {
+                Ok(n) => *nanos = i128::from(n) * 1_000_000_000,
+                Err(_) => problems.push(format!("{key}: {v:?} is not a whole number of seconds")),
+            }
         }
     }
     if let Some(v) = data.get("groupWeights") {
@@ -410,41 +433,14 @@ pub async fn run(
     ];
     // Device topology where the host serves ResourceSlices (resource.k8s.io/v1); counts from
     // the nodes' allocatable otherwise.
-    let slices_served = Api::<ResourceSlice>::all(host.clone())
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok();
-    if slices_served {
-        tasks.push(spawn_watch(
-            watcher(
-                Api::<ResourceSlice>::all(host.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .reflect(slices_w)
-            .boxed(),
-            changed.clone(),
-            "resourceslices",
-        ));
-    }
+    let slices_watch = watch_if_served(&host, slices_w, &changed, "resourceslices").await;
+    let slices_served = slices_watch.is_some();
+    tasks.extend(slices_watch);
     // PodDisruptionBudgets, so that no workload a budget protects is chosen for preemption.
-    let budgets_served = Api::<PodDisruptionBudget>::all(host.clone())
-        .list(&kube::api::ListParams::default().limit(1))
-        .await
-        .is_ok();
-    if budgets_served {
-        tasks.push(spawn_watch(
-            watcher(
-                Api::<PodDisruptionBudget>::all(host.clone()),
-                watcher::Config::default(),
-            )
-            .default_backoff()
-            .reflect(budgets_w)
-            .boxed(),
-            changed.clone(),
-            "poddisruptionbudgets",
-        ));
-    } else {
+    let budgets_watch = watch_if_served(&host, budgets_w, &changed, "poddisruptionbudgets").await;
+    let budgets_served = budgets_watch.is_some();
+    tasks.extend(budgets_watch);
+    if !budgets_served {
         tracing::warn!(
             "GPU queue: the host's PodDisruptionBudgets cannot be listed; preemptions will not \
              avoid the workloads they protect (evictions still honour them)"
