@@ -669,41 +669,35 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .collect();
     let fair_of = |t: &str, r: &str| fair.get(r).and_then(|m| m.get(t)).copied().unwrap_or(0);
 
-    // Reservations: a new one for every workload its tenant's share allows that has been
-    // overtaken for longer than the starvation bound, oldest first, on nodes no other
-    // reservation holds — beyond the first, while at most half the nodes are reserved; each
-    // kept while its workload waits for room within its tenant's share (refused by its limits
-    // or its share, it would hold nodes for nothing). The pass is run again whenever they
-    // change, so that nothing new goes to reserved nodes in queue order.
+    // Reservations: a new one for every workload its tenant's share allows that has waited
+    // longer than the starvation bound for room — refused because the nodes have no room for it
+    // (smaller workloads take the pieces) or because others hold the GPUs — oldest first, on
+    // nodes no other reservation holds; beyond the first, while at most half the nodes are
+    // reserved; a tenant's reservations together within its share. Each is kept while its
+    // workload waits for room within its tenant's share (refused by its limits or its share,
+    // it would hold nodes for nothing). The pass is run again whenever they change, so that
+    // nothing new goes to reserved nodes in queue order.
+    //
+    // Others holding the GPUs within their own fair shares is what starves a workload larger
+    // than the rest of its tenant's share: reclaim takes only what is held beyond a share, so
+    // without a reservation such a workload would wait for as long as the others have demand.
+    // Its reserved nodes drain as their runs end; once admitted it runs past its tenant's share
+    // and reclaim does not take it back (that would put its tenant below its share): fair shares
+    // are honoured over time rather than at every instant.
     //
     // Within its share: its tenant below its fair share at its turn, not counting what its
-    // own later workloads, which overtook it, hold.
-    let within_share = |w: &Waiting, run: &Pass<'_>| {
+    // own later workloads, which overtook it, hold; `reserved`: what its tenant's reservations
+    // made before it claim.
+    let within_share = |w: &Waiting, run: &Pass<'_>, reserved: &Gpus| {
         let overtook = run.holders.overtaken(w);
-        w.gpus()
-            .keys()
-            .all(|r| run.books.held(&w.tenant, r) - get(&overtook, r) < fair_of(&w.tenant, r))
-    };
-    // Made when it is being overtaken: refused for room on the nodes though the GPUs it needs
-    // are free in all (smaller workloads take the pieces), or refused only because its own
-    // tenant's later workloads hold the GPUs; kept while it is refused for room or because
-    // others hold the GPUs (its nodes are draining).
-    let starving_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| match refusal {
-        Refusal::Placement(_) => within_share(w, run),
-        Refusal::Capacity(_) => {
-            let overtook = run.holders.overtaken(w);
-            w.gpus().iter().all(|(r, n)| {
-                let own = run.books.held(&w.tenant, r) - get(&overtook, r);
-                let others = run.books.others(&w.tenant, r);
-                get(&overtook, r) > 0
-                    && own < fair_of(&w.tenant, r)
-                    && get(&input.capacity, r) - others - own >= *n
-            })
-        }
-        _ => false,
+        w.gpus().keys().all(|r| {
+            run.books.held(&w.tenant, r) - get(&overtook, r) + get(reserved, r)
+                < fair_of(&w.tenant, r)
+        })
     };
     let waiting_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| {
-        matches!(refusal, Refusal::Placement(_) | Refusal::Capacity(_)) && within_share(w, run)
+        matches!(refusal, Refusal::Placement(_) | Refusal::Capacity(_))
+            && within_share(w, run, &Gpus::new())
     };
     let mut reservations: Vec<Reservation> = input
         .reservations
@@ -729,7 +723,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .values()
         .flatten()
         .filter(|(refusal, w)| {
-            starving_for_room(&run, w, refusal)
+            waiting_for_room(&run, w, refusal)
                 && input.now - w.arrival >= policy.starvation_after
                 && !reservations.iter().any(|r| r.key == w.key)
         })
@@ -739,6 +733,21 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     let schedulable = input.nodes.iter().filter(|n| n.schedulable).count();
     let mut added = false;
     for w in starving {
+        let mut claimed = Gpus::new();
+        for r in &reservations {
+            let mine = input.waiting.iter().find(|o| o.key == r.key);
+            for (res, n) in mine
+                .filter(|o| o.tenant == w.tenant)
+                .map(Waiting::gpus)
+                .into_iter()
+                .flatten()
+            {
+                *claimed.entry(res).or_insert(0) += n;
+            }
+        }
+        if !within_share(w, &run, &claimed) {
+            continue;
+        }
         let held: BTreeSet<String> = reservations
             .iter()
             .flat_map(|r| r.nodes.iter().cloned())
@@ -2037,6 +2046,80 @@ mod tests {
             "{}",
             d.waiting["fabrik-a/big"]
         );
+    }
+
+    #[test]
+    fn a_job_larger_than_the_rest_of_its_share_gets_its_turn() {
+        // Two nodes of 8; a, b and c each guaranteed 5 and allowed the whole factory. a and c
+        // hold 11 between them, within their fair shares, and keep asking for more; b, holding
+        // nothing, waits for 8. Reclaim cannot help (nobody holds more than its share), and
+        // without a reservation b would wait for as long as a and c have demand.
+        let tenants = vec![tenant("a", 5, 11), tenant("b", 5, 11), tenant("c", 5, 11)];
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut admitted = vec![
+            hold(&mut nodes, "a", "a0", 4, 0),
+            hold(&mut nodes, "c", "c0", 4, 0),
+        ];
+        let first = admitted[0].pods[0].node.clone();
+        assert_eq!(admitted[1].pods[0].node, first, "a0 and c0 fill one node");
+        admitted.push(hold(&mut nodes, "a", "a1", 2, 0));
+        admitted.push(hold(&mut nodes, "c", "c1", 1, 0));
+        let mut w = vec![waiting("b", "big", 8, 0)];
+        w.extend((0..3).map(|i| waiting("a", &format!("a-more{i}"), 1, 10 + i)));
+        w.extend((0..3).map(|i| waiting("c", &format!("c-more{i}"), 1, 10 + i)));
+        let mut i = input(tenants.clone(), nodes.clone(), w.clone());
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted.clone();
+        i.now = 30 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert!(d.reservations.is_empty(), "not starving yet");
+        i.now = 61 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        let [r] = d.reservations.as_slice() else {
+            panic!("one reservation: {:?}", d.reservations)
+        };
+        assert_eq!(r.key, "fabrik-b/big");
+        let reserved = r.nodes.iter().next().cloned().unwrap_or_default();
+        assert_ne!(reserved, first, "the node with room is reserved");
+        assert!(
+            d.admit
+                .iter()
+                .filter(|a| a.placements.iter().any(|(_, n)| *n == reserved))
+                .all(|a| a.backfill),
+            "only backfill goes to the reserved node: {:?}",
+            d.admit
+        );
+        // The reserved node drains (a1 and c1 end): b's job is admitted there, past b's share.
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let full = vec![
+            hold(&mut nodes, "a", "a0", 4, 0),
+            hold(&mut nodes, "c", "c0", 4, 0),
+        ];
+        let mut i = input(tenants.clone(), nodes.clone(), w.clone());
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = full.clone();
+        i.reservations = d.reservations.clone();
+        i.now = 90 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        let big = d.admit.iter().find(|a| a.key == "fabrik-b/big");
+        assert_eq!(
+            big.map(|a| a.placements[0].1.clone()),
+            Some(reserved.clone()),
+            "{:?}",
+            d.admit
+        );
+        // Running, it is not taken back while a and c, below their shares, wait: taking it
+        // would put b below its own.
+        let mut admitted = full;
+        admitted.extend(admitted_from(&d, &i, &mut nodes));
+        let mut i = input(tenants, nodes, w[1..].to_vec());
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted;
+        i.now = 120 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert!(d.standings["b"]["nvidia.com/gpu"].fair_share < 8);
     }
 
     #[test]

@@ -915,11 +915,12 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
     println!();
     println!(
         "| factory | policy | allocated under backlog | time ≥ 95 % | useful (running) | \
-         fairness: max dev, mean | steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
+         fairness: max dev, mean | over time: worst tenant's mean share − mean fair share | \
+         steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
          for reservations) | \
          jobs done / never started | work done (GPU-s) | decide() calls/s (mean, max ms) |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in factories {
         for (policy, s, _) in &f.runs {
             let b = s.backlog_steps.max(1) as f64;
@@ -940,14 +941,22 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                     s.decide_max.as_secs_f64() * 1000.0
                 )
             };
+            // Shares over time: the tenant whose mean allocation is furthest from its mean fair
+            // share (whole 8-GPU jobs on 16 GPUs cannot be within 5 points at every instant).
+            let (who, off) = (0..TENANTS.len())
+                .map(|i| (i, (s.tenant_held[i] - s.tenant_fair[i]) * 100.0 / steady))
+                .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
+                .unwrap_or((0, 0.0));
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} pts | {:.0} % | {} | {} / {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.1} pts | {:+.1} pts ({}) | {:.0} % | {} | {} / {} | {} | {} |",
                 f.name,
                 policy.label(),
                 pct(s.alloc_sum / b),
                 pct(s.full_steps as f64 / b),
                 pct(s.useful_sum / b),
                 s.max_dev_sum / steady,
+                off,
+                TENANTS[who],
                 s.within5_steps as f64 * 100.0 / steady,
                 if matches!(policy, Placer::Queue { .. }) {
                     format!(
