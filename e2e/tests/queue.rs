@@ -977,3 +977,87 @@ fn a_job_larger_than_the_rest_of_its_tenant_s_share_gets_its_turn() {
         panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
     }
 }
+
+/// A pod of `app` that takes one GPU through a ResourceClaim made from template `one-gpu`.
+fn claim_pod(app: &str, name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{app: {app}}}\n  \
+         annotations: {{sim.fabrik.dev/run-seconds: \"3600\"}}\nspec:\n  restartPolicy: Never\n  \
+         resourceClaims: [{{name: gpu, resourceClaimTemplateName: one-gpu}}]\n  \
+         containers: [{{name: main, image: trainer, resources: {{claims: [{{name: gpu}}]}}}}]\n"
+    )
+}
+
+/// GPUs taken through ResourceClaims (dynamic resource allocation) are queued as GPUs asked
+/// for in `resources` are: the claim pods are held at the gate and admitted, count in their
+/// tenant's standing, and borrowed ones are reclaimed when the owner's demand comes back. (Not
+/// counted, the owner's pods would be admitted onto GPUs the claims hold, and wait forever.)
+#[test]
+fn gpus_taken_through_resource_claims_are_queued_and_reclaimed() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let alpha = f.create_tenant("alpha", &["--gpus", "8"])?;
+        let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "12"])?;
+        let mut claims = String::from(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaimTemplate\nmetadata: {name: one-gpu}\n\
+             spec: {spec: {devices: {requests: [{name: gpu, exactly: {deviceClassName: gpu.nvidia.com}}]}}}\n",
+        );
+        for i in 0..12 {
+            claims.push_str("---\n");
+            claims.push_str(&claim_pod("claims", &format!("c-{i}")));
+        }
+        // The DeviceClasses come with the node agents' first slices.
+        poll_until("the DeviceClasses mirrored into beta", WAIT, || {
+            Ok(kc_ok(&k, &beta, &["get", "deviceclasses", "-o", "name"])?
+                .contains("gpu.nvidia.com"))
+        })?;
+        kc_apply_ok(&k, &beta, &claims)?;
+        let mut seen = (0, 0, 0);
+        poll_until("beta's 12 claim pods bound", WAIT, || {
+            seen = pods_of(&k, &beta, "claims")?;
+            Ok(seen.0 == 12)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        let mut st = (0, 0, 0, 0);
+        poll_until("beta's standing counts its claims", WAIT, || {
+            st = standing(&f, &k, "beta")?;
+            Ok(st.0 == 12 && st.1 == 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: beta {st:?}"))?;
+        // Admitted by the queue, not passed around it.
+        let admitted = kc_ok(
+            &k,
+            &host,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "fabrik-beta",
+                "-o",
+                r#"jsonpath={range .items[*]}{.metadata.annotations.fabrik\.dev/queue-admitted}{"\n"}{end}"#,
+            ],
+        )?;
+        let rows = admitted.lines().filter(|l| !l.trim().is_empty()).count();
+        if rows != 12 {
+            bail!("beta's host pods admitted by the queue: {admitted}");
+        }
+        // The owner comes back: 4 claim pods of beta go, alpha's 8 run.
+        kc_apply_ok(&k, &alpha, &gpu_deployment("serve", 8))?;
+        poll_until("alpha's 8 pods bound", WAIT, || {
+            seen = pods_of(&k, &alpha, "serve")?;
+            Ok(seen.0 == 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: alpha {seen:?}"))?;
+        poll_until("beta at its fair share", WAIT, || {
+            seen = pods_of(&k, &beta, "claims")?;
+            Ok(seen == (8, 0, 4))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: beta (bound, queued, preempted) {seen:?}"))?;
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}

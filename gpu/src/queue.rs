@@ -256,10 +256,11 @@ pub struct Decision {
     pub reservations: Vec<Reservation>,
 }
 
+/// The GPU devices `pods` ask for: their requests, and what their ResourceClaims take.
 fn sum<'a>(pods: impl Iterator<Item = &'a PodRequest>) -> Gpus {
     let mut out = Gpus::new();
     for p in pods {
-        for (k, v) in &p.requests {
+        for (k, v) in p.requests.iter().chain(&p.claimed) {
             if fabrik_api::is_host_gpu_resource(k) && *v > 0 {
                 *out.entry(k.clone()).or_insert(0) += v;
             }

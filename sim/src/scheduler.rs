@@ -19,7 +19,7 @@
 //! Caveats: it polls rather than watches; pods bound by someone else without
 //! `fabrik.dev/gpu-ids` use node resources but no particular device.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use fabrik_gpu::placement::plan::Outcome;
@@ -208,20 +208,16 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
             (format!("{ns}/{name}"), c)
         })
         .collect();
-    let mut needs = Needs {
-        claims: &claim_index,
-        classes: classes
-            .iter()
-            .filter_map(|c| Some((c.metadata.name.clone()?, c)))
-            .collect(),
-        devices: if uses_claims {
-            claims::slice_devices(&slices)
-        } else {
-            Vec::new()
-        },
-        selectors: claims::Selectors::default(),
-        allocating: BTreeSet::new(),
+    let classes: BTreeMap<String, &DeviceClass> = classes
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+        .collect();
+    let devices = if uses_claims {
+        claims::slice_devices(&slices)
+    } else {
+        Vec::new()
     };
+    let mut needs = claims::Needs::new(&claim_index, &classes, &devices);
     let mut bound_in_gang: BTreeMap<String, usize> = BTreeMap::new();
     for p in &pods {
         if model::holds_resources(p).is_some() {
@@ -294,38 +290,6 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         unschedulable(client, reported, pod, &reason).await;
     }
     Ok(bound)
-}
-
-/// What the round knows for allocating pods' claims.
-struct Needs<'a> {
-    claims: &'a BTreeMap<String, &'a ResourceClaim>,
-    classes: BTreeMap<String, &'a DeviceClass>,
-    devices: Vec<(String, String, serde_json::Value)>,
-    selectors: claims::Selectors,
-    /// Pending claims an earlier pod of the round takes.
-    allocating: BTreeSet<String>,
-}
-
-impl Needs<'_> {
-    /// What a pod's claims need; `None` when a claim is being allocated for another pod.
-    fn of(&mut self, pod: &Pod) -> Result<Option<Vec<claims::ClaimNeed>>, String> {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        let mut out = Vec::new();
-        for (in_pod, name) in claims::pod_claims(pod)? {
-            let key = format!("{ns}/{name}");
-            let Some(claim) = self.claims.get(&key) else {
-                return Err(format!(
-                    "resource claim {name:?} (claim {in_pod:?} of the pod) not found"
-                ));
-            };
-            let need = claims::need(claim, &self.classes, &self.devices, &mut self.selectors)?;
-            if matches!(need, claims::ClaimNeed::Pending { .. }) && !self.allocating.insert(key) {
-                return Ok(None);
-            }
-            out.push(need);
-        }
-        Ok(Some(out))
-    }
 }
 
 /// Lists a `resource.k8s.io` kind; a host that does not serve it has none.

@@ -355,8 +355,10 @@ pub fn host_pod(pod: &Value, ctx: &PodContext<'_>) -> Result<Value, Error> {
         }
     }
     r.dns(spec, &mut out);
-    if ctx.policy.gpu_queue && asks_for_gpus(&out) {
-        // Held until the GPU queue admits the pod's workload (any scheduler honours gates).
+    if ctx.policy.gpu_queue && (asks_for_gpus(&out) || uses_claims(&out)) {
+        // Held until the GPU queue admits the pod's workload (any scheduler honours gates). A
+        // pod with ResourceClaims too: the queue counts the GPUs they take, and lets one whose
+        // claims take none go at once.
         out.insert(
             "schedulingGates".into(),
             json!([{"name": fabrik_api::QUEUE_GATE}]),
@@ -380,6 +382,13 @@ pub fn asks_for_gpus(spec: &Map<String, Value>) -> bool {
                 })
             })
     })
+}
+
+/// Whether a (host) pod spec names ResourceClaims (which may take GPU devices).
+fn uses_claims(spec: &Map<String, Value>) -> bool {
+    spec.get("resourceClaims")
+        .and_then(Value::as_array)
+        .is_some_and(|c| !c.is_empty())
 }
 
 /// The pod's hostname inside the container: the tenant's, or its name cut to a DNS label.

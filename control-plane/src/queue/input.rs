@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use fabrik_api::tenant::Tenant;
+use fabrik_gpu::placement::claims;
 use fabrik_gpu::placement::fit;
 use fabrik_gpu::placement::model::{self, GpuDevice, NodeView};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, Pod, PodResourceClaim};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
@@ -152,9 +153,8 @@ fn leaving(pod: &Pod) -> bool {
             })
 }
 
-/// Every node's view, with devices counted from `allocatable` where no slice names them.
-pub fn node_views(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec<NodeView> {
-    let mut views = model::nodes(nodes, slices, pods, &[]);
+/// Devices counted from `allocatable` on the nodes' views where no slice names them.
+fn count_allocatable(views: &mut [NodeView], nodes: &[Node]) {
     for (view, node) in views.iter_mut().zip(nodes) {
         let allocatable = node
             .status
@@ -191,7 +191,6 @@ pub fn node_views(nodes: &[Node], slices: &[ResourceSlice], pods: &[Pod]) -> Vec
             }
         }
     }
-    views
 }
 
 /// Devices of each GPU resource on the nodes that take pods.
@@ -308,30 +307,83 @@ fn budget_refuses(
         })
 }
 
-/// The queue's input: `tenants` with their resources, the host's nodes, slices, pods and
-/// PodDisruptionBudgets. A node whose layout is being changed counts in the capacity but takes
-/// no new work, so that its busy GPUs drain and the node agent can lay it out.
-pub fn build(
-    tenants: Vec<TenantQueue>,
-    nodes: &[Node],
-    slices: &[ResourceSlice],
-    pods: &[Pod],
-    pdbs: &[PodDisruptionBudget],
-    now: i128,
-) -> Input {
-    let mut views = node_views(nodes, slices, pods);
+/// What the queue reads off the host for one decision, beside the objects themselves.
+pub struct Host<'a> {
+    /// Nodes.
+    pub nodes: &'a [Node],
+    /// The node agents' ResourceSlices (devices and topology).
+    pub slices: &'a [ResourceSlice],
+    /// Every pod.
+    pub pods: &'a [Pod],
+    /// PodDisruptionBudgets.
+    pub pdbs: &'a [PodDisruptionBudget],
+    /// ResourceClaims (their devices count as the GPUs of the pods that use them).
+    pub claims: &'a [ResourceClaim],
+    /// DeviceClasses (what a claim's request may match).
+    pub classes: &'a [DeviceClass],
+}
+
+/// The queue's input, and what it does not queue.
+pub struct Built {
+    /// What the decision looks at.
+    pub input: Input,
+    /// Gated pods that take no GPU (their claims are for other devices): they go at once,
+    /// `namespace/name`.
+    pub release: Vec<String>,
+    /// Gated pods whose claims cannot be read yet (`namespace/name` → why): they wait.
+    pub unreadable: BTreeMap<String, String>,
+}
+
+/// The queue's input: `tenants` with their resources and the host's objects at `now`. A node
+/// whose layout is being changed counts in the capacity but takes no new work, so that its
+/// busy GPUs drain and the node agent can lay it out. A pod's GPUs are those its containers
+/// request and those its ResourceClaims take (the devices of an allocated claim, what a pending
+/// one asks for).
+pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
+    let Host {
+        nodes,
+        slices,
+        pods,
+        pdbs,
+        claims: all_claims,
+        classes,
+    } = host;
+    let allocated = claims::allocated_devices(all_claims, &claims::node_agent_drivers(slices));
+    let mut views = model::nodes(nodes, slices, pods, &allocated);
+    count_allocatable(&mut views, nodes);
     let capacity = capacity(nodes, &views);
     for (view, node) in views.iter_mut().zip(nodes) {
         if relayout_pending(node) {
             view.schedulable = false;
         }
     }
+    let claim_index: BTreeMap<String, &ResourceClaim> = all_claims
+        .iter()
+        .map(|c| {
+            let ns = c.metadata.namespace.as_deref().unwrap_or("");
+            let name = c.metadata.name.as_deref().unwrap_or("");
+            (format!("{ns}/{name}"), c)
+        })
+        .collect();
+    let class_index: BTreeMap<String, &DeviceClass> = classes
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+        .collect();
+    let uses_claims = pods.iter().any(|p| !claim_names(p).is_empty());
+    let devices = if uses_claims {
+        claims::slice_devices(slices)
+    } else {
+        Vec::new()
+    };
+    let mut needs = claims::Needs::new(&claim_index, &class_index, &devices);
     let known: BTreeMap<&str, &TenantQueue> =
         tenants.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();
     let mut admitted: BTreeMap<String, Admitted> = BTreeMap::new();
     let mut admitted_members: BTreeMap<String, usize> = BTreeMap::new();
     let mut admitted_pods: BTreeMap<String, Vec<&Pod>> = BTreeMap::new();
+    let mut release = Vec::new();
+    let mut unreadable = BTreeMap::new();
     for pod in pods {
         let Some(tenant) = pod
             .metadata
@@ -344,13 +396,46 @@ pub fn build(
         if !known.contains_key(tenant.as_str()) || finished(pod) {
             continue;
         }
-        let gpus = gpus_of(pod);
-        if gpus.is_empty() {
-            continue;
-        }
-        let Ok(request) = model::pod_request(pod) else {
+        let key_of_pod = || {
+            format!(
+                "{}/{}",
+                pod.metadata.namespace.as_deref().unwrap_or(""),
+                pod.metadata.name.as_deref().unwrap_or("")
+            )
+        };
+        let Ok(mut request) = model::pod_request(pod) else {
             continue;
         };
+        if uses_claims && !claim_names(pod).is_empty() {
+            match needs.of(pod) {
+                Ok(Some(need)) => {
+                    request.claimed = needs
+                        .devices_by_kind(&need, &views)
+                        .into_iter()
+                        .filter(|(k, n)| fabrik_api::is_host_gpu_resource(k) && *n > 0)
+                        .collect();
+                    request.claims = need;
+                }
+                // Shares a claim with a pod before it: counted there.
+                Ok(None) => {}
+                Err(why) => {
+                    if gated(pod) {
+                        unreadable.insert(key_of_pod(), format!("its resource claims: {why}"));
+                    }
+                    continue;
+                }
+            }
+        }
+        let mut gpus = gpus_of(pod);
+        for (k, n) in &request.claimed {
+            *gpus.entry(k.clone()).or_insert(0) += n;
+        }
+        if gpus.is_empty() {
+            if gated(pod) && pod.metadata.deletion_timestamp.is_none() {
+                release.push(key_of_pod());
+            }
+            continue;
+        }
         let (key, size) = workload(pod);
         if gated(pod) {
             if pod.metadata.deletion_timestamp.is_some() {
@@ -381,14 +466,21 @@ pub fn build(
             },
         };
         let mut devices = model::held_devices(pod);
+        devices.extend(allocated_on(&request.claims, &claim_index, &node));
         if model::holds_resources(pod).is_none() {
             // Not bound yet: take its room on its node as the scheduler will.
             if let Some(at) = views.iter().position(|v| v.name == node) {
                 if let Ok(p) = fit::choose(std::slice::from_ref(&views[at]), &request) {
+                    let claimed = p
+                        .claims
+                        .iter()
+                        .flat_map(|c| c.results.iter().map(|(_, i)| *i));
                     devices = p
                         .devices
                         .iter()
-                        .filter_map(|&d| views[at].devices.get(d).map(|d| d.name.clone()))
+                        .copied()
+                        .chain(claimed)
+                        .filter_map(|d| views[at].devices.get(d).map(|d| d.name.clone()))
                         .collect();
                     fit::commit(&mut views[at..=at], &request, &p);
                 }
@@ -430,21 +522,68 @@ pub fn build(
             a.protected = budget_refuses(of, pdbs, pods, &mut allowed);
         }
     }
-    Input {
-        tenants,
-        capacity,
-        nodes: views,
-        admitted: admitted.into_values().collect(),
-        waiting: waiting.into_values().collect(),
-        reservations: Vec::new(),
-        now,
+    Built {
+        input: Input {
+            tenants,
+            capacity,
+            nodes: views,
+            admitted: admitted.into_values().collect(),
+            waiting: waiting.into_values().collect(),
+            reservations: Vec::new(),
+            now,
+        },
+        release,
+        unreadable,
     }
+}
+
+/// The claims a pod's spec names.
+fn claim_names(pod: &Pod) -> &[PodResourceClaim] {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.resource_claims.as_deref())
+        .unwrap_or_default()
+}
+
+/// The devices on `node` that the allocated claims among `needs` hold (device names).
+fn allocated_on(
+    needs: &[claims::ClaimNeed],
+    claim_index: &BTreeMap<String, &ResourceClaim>,
+    node: &str,
+) -> Vec<String> {
+    needs
+        .iter()
+        .filter(|n| matches!(n, claims::ClaimNeed::Allocated { .. }))
+        .filter_map(|n| claim_index.get(n.claim()))
+        .filter_map(|c| c.status.as_ref()?.allocation.as_ref()?.devices.as_ref())
+        .flat_map(|d| d.results.iter().flatten())
+        .filter(|r| r.pool == node)
+        .map(|r| r.device.clone())
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use fabrik_api::tenant::{TenantQueue as QueueSpec, TenantQuota, TenantSpec};
+
+    /// The input from pods and budgets alone (no nodes, slices or claims).
+    fn on(
+        tenants: Vec<TenantQueue>,
+        pods: &[Pod],
+        pdbs: &[PodDisruptionBudget],
+        now: i128,
+    ) -> Input {
+        let host = Host {
+            nodes: &[],
+            slices: &[],
+            pods,
+            pdbs,
+            claims: &[],
+            classes: &[],
+        };
+        build(tenants, host, now).input
+    }
 
     #[test]
     fn a_tenant_s_queue_comes_from_its_spec() {
@@ -509,10 +648,8 @@ mod tests {
         };
         let now = 1_000 * s;
         // A waiting gang: its run time is its longest pod's deadline, unknown when one has none.
-        let i = build(
+        let i = on(
             tenants(),
-            &[],
-            &[],
             &[
                 gpu_pod("p0", true, Some(60), None),
                 gpu_pod("p1", true, Some(90), None),
@@ -521,10 +658,8 @@ mod tests {
             now,
         );
         assert_eq!(i.waiting[0].runtime, Some(90 * s));
-        let i = build(
+        let i = on(
             tenants(),
-            &[],
-            &[],
             &[
                 gpu_pod("p0", true, Some(60), None),
                 gpu_pod("p1", true, None, None),
@@ -534,10 +669,8 @@ mod tests {
         );
         assert_eq!(i.waiting[0].runtime, None);
         // Holding GPUs: it ends by its start plus its deadline (now, not started yet).
-        let i = build(
+        let i = on(
             tenants(),
-            &[],
-            &[],
             &[
                 gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z")),
                 gpu_pod("p1", false, Some(60), None),
@@ -547,10 +680,8 @@ mod tests {
         );
         assert_eq!(i.admitted[0].ends_by, Some(now + 60 * s));
         assert!(i.admitted[0].backfill);
-        let i = build(
+        let i = on(
             tenants(),
-            &[],
-            &[],
             &[gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z"))],
             &[],
             now,
@@ -582,7 +713,7 @@ mod tests {
                 name: "a".into(),
                 ..Default::default()
             }];
-            let i = build(tenants, &[], &[], &[p0.clone(), p1.clone()], pdbs, 0);
+            let i = on(tenants, &[p0.clone(), p1.clone()], pdbs, 0);
             i.admitted[0].protected
         };
         let app = serde_json::json!({"matchLabels": {"app": "keep"}});
@@ -645,5 +776,108 @@ mod tests {
             &p1,
             &[counted(serde_json::json!({"minAvailable": 0}))]
         ));
+    }
+
+    #[test]
+    fn a_pod_s_claims_count_as_its_gpus() {
+        use serde_json::json;
+        let driver = fabrik_api::DRA_DRIVER;
+        let node: Node = serde_json::from_value(json!({
+            "metadata": {"name": "n1", "labels": {(HOSTNAME): "n1"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "2", "pods": "110"},
+                "conditions": [{"type": "Ready", "status": "True"}]},
+        }))
+        .expect("a node");
+        let devices: Vec<serde_json::Value> = (0..2)
+            .map(|i| {
+                json!({"name": format!("gpu-{i}"),
+                    "attributes": {"type": {"string": "gpu"}, "index": {"int": i}}})
+            })
+            .collect();
+        let slice: ResourceSlice = serde_json::from_value(json!({
+            "metadata": {"name": "n1-gpus", "labels": {(fabrik_api::LABEL_NODE_AGENT_SLICE): "true"}},
+            "spec": {"driver": driver, "nodeName": "n1",
+                "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+                "devices": devices},
+        }))
+        .expect("a slice");
+        let class = |name: &str, d: &str| -> DeviceClass {
+            serde_json::from_value(json!({"metadata": {"name": name}, "spec": {"selectors": [
+                {"cel": {"expression": format!("device.driver == '{d}'")}}]}}))
+            .expect("a class")
+        };
+        let classes = [
+            class("gpu.nvidia.com", driver),
+            class("nic.example.com", "nic.example.com"),
+        ];
+        let claim = |name: &str, class: &str, allocated: Option<&str>| -> ResourceClaim {
+            let mut c = json!({"metadata": {"name": name, "namespace": "fabrik-a"},
+                "spec": {"devices": {"requests": [{"name": "r",
+                    "exactly": {"deviceClassName": class, "count": 2}}]}}});
+            if let Some(device) = allocated {
+                c["status"] = json!({"allocation": {"devices": {"results": [
+                    {"request": "r", "driver": driver, "pool": "n1", "device": device}]}}});
+            }
+            serde_json::from_value(c).expect("a claim")
+        };
+        let claims = [
+            claim("two", "gpu.nvidia.com", None),
+            claim("nics", "nic.example.com", None),
+            claim("held", "gpu.nvidia.com", Some("gpu-1")),
+        ];
+        let pod = |name: &str, claim: &str, gated: bool| -> Pod {
+            let mut p = json!({
+                "metadata": {"name": name, "namespace": "fabrik-a",
+                    "labels": {(fabrik_api::LABEL_TENANT): "a"}},
+                "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": claim}],
+                    "containers": [{"name": "main", "resources": {"claims": [{"name": "c"}]}}]},
+            });
+            if gated {
+                p["spec"]["schedulingGates"] = json!([{"name": fabrik_api::QUEUE_GATE}]);
+            } else {
+                p["spec"]["nodeName"] = json!("n1");
+            }
+            serde_json::from_value(p).expect("a pod")
+        };
+        let pods = [
+            pod("wants-two", "two", true),
+            pod("wants-nics", "nics", true),
+            pod("wants-nothing-known", "missing", true),
+            pod("holds-one", "held", false),
+        ];
+        let host = Host {
+            nodes: std::slice::from_ref(&node),
+            slices: std::slice::from_ref(&slice),
+            pods: &pods,
+            pdbs: &[],
+            claims: &claims,
+            classes: &classes,
+        };
+        let tenants = vec![TenantQueue {
+            name: "a".into(),
+            ..Default::default()
+        }];
+        let built = build(tenants, host, 0);
+        // A pending claim: the GPUs its request asks for.
+        let [w] = built.input.waiting.as_slice() else {
+            panic!("one waiting workload: {:?}", built.input.waiting)
+        };
+        assert_eq!(w.key, "fabrik-a/wants-two");
+        assert_eq!(w.gpus(), Gpus::from([("nvidia.com/gpu".to_string(), 2)]));
+        // An allocated claim: its device, held on its node.
+        let [a] = built.input.admitted.as_slice() else {
+            panic!("one admitted workload: {:?}", built.input.admitted)
+        };
+        assert_eq!(a.pods[0].devices, vec!["gpu-1".to_string()]);
+        assert_eq!(a.pods[0].request.claimed["nvidia.com/gpu"], 1);
+        let n1 = &built.input.nodes[0];
+        assert_eq!(n1.devices.iter().filter(|d| d.used > 0).count(), 1);
+        // No GPU among its claims: let go; a claim not there yet: it waits, saying so.
+        assert_eq!(built.release, vec!["fabrik-a/wants-nics".to_string()]);
+        assert!(
+            built.unreadable["fabrik-a/wants-nothing-known"].contains("not found"),
+            "{:?}",
+            built.unreadable
+        );
     }
 }

@@ -36,7 +36,7 @@ use fabrik_api::tenant::{QueueStatus, Tenant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::resource::v1::ResourceSlice;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{EvictParams, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{watcher, WatchStreamExt};
@@ -394,6 +394,8 @@ pub async fn run(
     let (slices, slices_w) = reflector::store::<ResourceSlice>();
     let (policies, policies_w) = reflector::store::<ConfigMap>();
     let (budgets, budgets_w) = reflector::store::<PodDisruptionBudget>();
+    let (claims, claims_w) = reflector::store::<ResourceClaim>();
+    let (classes, classes_w) = reflector::store::<DeviceClass>();
     let mut tasks = vec![
         spawn_watch(
             watcher(
@@ -436,6 +438,13 @@ pub async fn run(
     let slices_watch = watch_if_served(&host, slices_w, &changed, "resourceslices").await;
     let slices_served = slices_watch.is_some();
     tasks.extend(slices_watch);
+    // ResourceClaims and DeviceClasses: the GPUs a pod's claims take count as its GPUs.
+    let claims_watch = watch_if_served(&host, claims_w, &changed, "resourceclaims").await;
+    let claims_served = claims_watch.is_some();
+    tasks.extend(claims_watch);
+    let classes_watch = watch_if_served(&host, classes_w, &changed, "deviceclasses").await;
+    let classes_served = classes_watch.is_some();
+    tasks.extend(classes_watch);
     // PodDisruptionBudgets, so that no workload a budget protects is chosen for preemption.
     let budgets_watch = watch_if_served(&host, budgets_w, &changed, "poddisruptionbudgets").await;
     let budgets_served = budgets_watch.is_some();
@@ -452,6 +461,12 @@ pub async fn run(
         let _ = tenants.wait_until_ready().await;
         if slices_served {
             let _ = slices.wait_until_ready().await;
+        }
+        if claims_served {
+            let _ = claims.wait_until_ready().await;
+        }
+        if classes_served {
+            let _ = classes.wait_until_ready().await;
         }
         if budgets_served {
             let _ = budgets.wait_until_ready().await;
@@ -478,6 +493,8 @@ pub async fn run(
                 tenants: &tenants,
                 slices: &slices,
                 budgets: &budgets,
+                claims: &claims,
+                classes: &classes,
             };
             pass(&host, &settings, &figures, &*resources, stores, &mut state).await;
         }
@@ -494,6 +511,8 @@ struct Stores<'a> {
     tenants: &'a Store<Tenant>,
     slices: &'a Store<ResourceSlice>,
     budgets: &'a Store<PodDisruptionBudget>,
+    claims: &'a Store<ResourceClaim>,
+    classes: &'a Store<DeviceClass>,
 }
 
 /// What the controller remembers between decisions.
@@ -547,34 +566,46 @@ async fn pass(
     stores: Stores<'_>,
     state: &mut State,
 ) {
-    let pods: Vec<Pod> = stores.pods.state().iter().map(|p| (**p).clone()).collect();
-    let nodes: Vec<Node> = stores.nodes.state().iter().map(|n| (**n).clone()).collect();
-    let slices: Vec<ResourceSlice> = stores
-        .slices
-        .state()
-        .iter()
-        .map(|s| (**s).clone())
-        .collect();
+    fn owned<K>(store: &Store<K>) -> Vec<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        store.state().iter().map(|o| (**o).clone()).collect()
+    }
+    let pods: Vec<Pod> = owned(stores.pods);
+    let nodes: Vec<Node> = owned(stores.nodes);
+    let slices: Vec<ResourceSlice> = owned(stores.slices);
     let tenants: Vec<Arc<Tenant>> = stores.tenants.state();
     let queues = tenants
         .iter()
         .filter(|t| t.metadata.deletion_timestamp.is_none())
         .map(|t| input::tenant_queue(t, resources(t)))
         .collect();
-    let budgets: Vec<PodDisruptionBudget> = stores
-        .budgets
-        .state()
-        .iter()
-        .map(|b| (**b).clone())
-        .collect();
-    let mut input = input::build(queues, &nodes, &slices, &pods, &budgets, now_nanos());
+    let budgets: Vec<PodDisruptionBudget> = owned(stores.budgets);
+    let claims: Vec<ResourceClaim> = owned(stores.claims);
+    let classes: Vec<DeviceClass> = owned(stores.classes);
+    let host_objects = input::Host {
+        nodes: &nodes,
+        slices: &slices,
+        pods: &pods,
+        pdbs: &budgets,
+        claims: &claims,
+        classes: &classes,
+    };
+    let input::Built {
+        mut input,
+        release,
+        unreadable,
+    } = input::build(queues, host_objects, now_nanos());
     input.reservations = state.reservations.clone();
     let policy = match stores.policies.state().first() {
         Some(cm) => policy_from(cm, &settings.policy, state),
         None => settings.policy.clone(),
     };
-    let decision = decide::decide(&input, &policy);
+    let mut decision = decide::decide(&input, &policy);
     state.reservations = decision.reservations.clone();
+    decision.waiting.extend(unreadable);
+    release_all(host, &pods, &release, state).await;
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // A kind of GPU asked for that no node offers: an idle node is laid out for it (or, past
@@ -597,6 +628,31 @@ async fn pass(
                 state.repartitioned.note(&node);
                 tracing::info!(%node, layout = %layout.replace('\n', "; "), "GPU queue: node laid out for waiting demand");
             }
+            Err(e) => state.failed(what, &e),
+        }
+    }
+}
+
+/// Lets the gated pods that take no GPU go (their claims are for other devices): the gate
+/// removed, nothing pinned.
+async fn release_all(host: &Client, pods: &[Pod], release: &[String], state: &mut State) {
+    for key in release {
+        let (ns, name) = pod_ns_name(key);
+        let Some(pod) = pods.iter().find(|p| {
+            p.metadata.namespace.as_deref() == Some(ns) && p.metadata.name.as_deref() == Some(name)
+        }) else {
+            continue;
+        };
+        let patch = json!({
+            "metadata": {"resourceVersion": pod.metadata.resource_version},
+            "spec": {"schedulingGates": gates_without_queue(pod)},
+        });
+        let what = format!("release {key}");
+        match Api::<Pod>::namespaced(host.clone(), ns)
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => state.ok(&what),
             Err(e) => state.failed(what, &e),
         }
     }

@@ -28,6 +28,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use serde_json::{json, Map, Value};
 
+use super::model::NodeView;
 use crate::quantity;
 
 /// The longest selector expression evaluated (upstream's `CELSelectorExpressionMaxLength`).
@@ -527,6 +528,117 @@ fn alternative(
         count,
         matching,
     })
+}
+
+/// What a placement round knows for working out pods' claims: the claims by `namespace/name`,
+/// the DeviceClasses by name, the slices' devices ([`slice_devices`]); the scheduler's and the
+/// GPU queue's.
+pub struct Needs<'a> {
+    claims: &'a BTreeMap<String, &'a ResourceClaim>,
+    classes: &'a BTreeMap<String, &'a DeviceClass>,
+    devices: &'a [(String, String, Value)],
+    selectors: Selectors,
+    /// Pending claims an earlier pod of the round takes.
+    allocating: BTreeSet<String>,
+}
+
+impl<'a> Needs<'a> {
+    /// A round over these claims, classes and devices.
+    pub fn new(
+        claims: &'a BTreeMap<String, &'a ResourceClaim>,
+        classes: &'a BTreeMap<String, &'a DeviceClass>,
+        devices: &'a [(String, String, Value)],
+    ) -> Needs<'a> {
+        Needs {
+            claims,
+            classes,
+            devices,
+            selectors: Selectors::default(),
+            allocating: BTreeSet::new(),
+        }
+    }
+
+    /// What a pod's claims need; `None` when a claim is pending for an earlier pod of the
+    /// round (they share it: it is allocated once, with that pod).
+    pub fn of(&mut self, pod: &Pod) -> Result<Option<Vec<ClaimNeed>>, String> {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let mut out = Vec::new();
+        for (in_pod, name) in pod_claims(pod)? {
+            let key = format!("{ns}/{name}");
+            let Some(claim) = self.claims.get(&key) else {
+                return Err(format!(
+                    "resource claim {name:?} (claim {in_pod:?} of the pod) not found"
+                ));
+            };
+            let need = need(claim, self.classes, self.devices, &mut self.selectors)?;
+            if matches!(need, ClaimNeed::Pending { .. }) && !self.allocating.insert(key) {
+                return Ok(None);
+            }
+            out.push(need);
+        }
+        Ok(Some(out))
+    }
+
+    /// The devices of each kind (a node view's device `resource`: `nvidia.com/gpu`, a MIG
+    /// profile, a shared slice) that `needs` take: an allocated claim, its allocated devices; a
+    /// pending one, for each request, as many devices as its first alternative asks for (every
+    /// match on the node with the most, for `All`) of the kind most of its matches are. The
+    /// GPU queue counts a pod's claims as these.
+    pub fn devices_by_kind(
+        &self,
+        needs: &[ClaimNeed],
+        views: &[NodeView],
+    ) -> BTreeMap<String, i64> {
+        let kind = |node: &str, device: &str| {
+            views
+                .iter()
+                .find(|v| v.name == node)
+                .and_then(|v| v.devices.iter().find(|d| d.name == device))
+                .map(|d| d.resource.clone())
+        };
+        let mut out = BTreeMap::new();
+        for n in needs {
+            match n {
+                ClaimNeed::Allocated { claim, .. } => {
+                    let results = self
+                        .claims
+                        .get(claim)
+                        .and_then(|c| c.status.as_ref())
+                        .and_then(|s| s.allocation.as_ref())
+                        .and_then(|a| a.devices.as_ref())
+                        .and_then(|d| d.results.as_deref())
+                        .unwrap_or_default();
+                    for r in results {
+                        if let Some(k) = kind(&r.pool, &r.device) {
+                            *out.entry(k).or_insert(0) += 1;
+                        }
+                    }
+                }
+                ClaimNeed::Pending { requests, .. } => {
+                    for alt in requests.iter().filter_map(|r| r.alternatives.first()) {
+                        // Kind → node → matching devices.
+                        let mut by: BTreeMap<String, BTreeMap<&str, i64>> = BTreeMap::new();
+                        for (node, device) in &alt.matching {
+                            if let Some(k) = kind(node, device) {
+                                *by.entry(k).or_default().entry(node).or_insert(0) += 1;
+                            }
+                        }
+                        let Some((k, nodes)) = by.into_iter().max_by_key(|(k, nodes)| {
+                            (nodes.values().sum::<i64>(), std::cmp::Reverse(k.clone()))
+                        }) else {
+                            continue;
+                        };
+                        let n = match alt.count {
+                            Count::Exactly(n) => i64::try_from(n).unwrap_or(MAX_COUNT),
+                            Count::All => nodes.values().copied().max().unwrap_or(0),
+                        };
+                        *out.entry(k).or_insert(0) += n;
+                    }
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The driver of each node's node-agent slice, by node name.

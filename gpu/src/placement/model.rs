@@ -83,6 +83,9 @@ pub struct PodRequest {
     pub gang: Option<(String, usize)>,
     /// What its ResourceClaims need (see [`super::claims`]).
     pub claims: Vec<super::claims::ClaimNeed>,
+    /// The devices of each kind its claims take ([`super::claims::Needs::devices_by_kind`]):
+    /// what the GPU queue counts them as, beside `requests` (placement goes by `claims`).
+    pub claimed: BTreeMap<String, i64>,
     /// Its labels.
     pub labels: serde_json::Map<String, serde_json::Value>,
     /// Its required pod affinity and anti-affinity.
@@ -186,6 +189,7 @@ pub fn pod_request(pod: &Pod) -> Result<PodRequest, String> {
             .unwrap_or_default(),
         gang: gang(pod)?,
         claims: Vec::new(),
+        claimed: BTreeMap::new(),
     })
 }
 
