@@ -843,7 +843,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 of: behind,
                 ahead: &ahead,
             };
-            tell_waiting(&mut decision, &at, refusal, w, &reservations);
+            tell_waiting(&mut decision, &at, refusal, w, &reservations, input.now);
         }
     }
     let books = &run.books;
@@ -938,6 +938,7 @@ fn tell_waiting(
     refusal: &Refusal,
     w: &Waiting,
     reservations: &[Reservation],
+    now: i128,
 ) {
     let Place {
         tenant,
@@ -960,6 +961,12 @@ fn tell_waiting(
             "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
             nodes.join(", ")
         ));
+        if let Some(by) = r.start_by {
+            message.push_str(&format!(
+                ", free for it {} at the latest (the runs there declare their ends)",
+                within(by - now)
+            ));
+        }
     }
     message.push_str(&format!(
         "; #{place} of {of} waiting in tenant {tenant}'s queue"
@@ -968,6 +975,17 @@ fn tell_waiting(
         let key = format!("{}/{}", p.namespace, p.name);
         decision.ahead.insert(key.clone(), (*ahead).clone());
         decision.waiting.insert(key, message.clone());
+    }
+}
+
+/// `in 40 s`, `in 4 min`, `in 2 h`, `now` for a span of nanoseconds (rounded up).
+fn within(ns: i128) -> String {
+    let s = (ns.max(0) + 999_999_999) / 1_000_000_000;
+    match s {
+        0 => "now".to_string(),
+        1..=119 => format!("in {s} s"),
+        120..=7199 => format!("in {} min", (s + 59) / 60),
+        _ => format!("in {} h", (s + 3599) / 3600),
     }
 }
 
@@ -2300,6 +2318,12 @@ mod tests {
         let d = decide(&i, &policy);
         assert_eq!(d.reservations.len(), 1, "{:?}", d.waiting);
         assert_eq!(d.reservations[0].start_by, Some(300 * s));
+        // The waiting job is told when its nodes are free at the latest.
+        let told = &d.waiting["fabrik-t/big"];
+        assert!(
+            told.contains("free for it in 100 s at the latest"),
+            "{told}"
+        );
         // Only the run that ends by then goes on the reserved node (as backfill); the long
         // one, though older, would delay the job and waits.
         let admitted: Vec<(&str, bool)> = d

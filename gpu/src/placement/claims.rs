@@ -540,6 +540,9 @@ pub struct Needs<'a> {
     selectors: Selectors,
     /// Pending claims an earlier pod of the round takes.
     allocating: BTreeSet<String>,
+    /// The requests of pending claims worked out in this round, by claim spec: the claims of
+    /// one template (a pod each) are alike, and their selectors are evaluated once.
+    worked_out: HashMap<String, Vec<RequestNeed>>,
 }
 
 impl<'a> Needs<'a> {
@@ -555,6 +558,7 @@ impl<'a> Needs<'a> {
             devices,
             selectors: Selectors::default(),
             allocating: BTreeSet::new(),
+            worked_out: HashMap::new(),
         }
     }
 
@@ -570,13 +574,30 @@ impl<'a> Needs<'a> {
                     "resource claim {name:?} (claim {in_pod:?} of the pod) not found"
                 ));
             };
-            let need = need(claim, self.classes, self.devices, &mut self.selectors)?;
+            let need = self.need(claim, &key)?;
             if matches!(need, ClaimNeed::Pending { .. }) && !self.allocating.insert(key) {
                 return Ok(None);
             }
             out.push(need);
         }
         Ok(Some(out))
+    }
+
+    /// What one claim needs, its selectors evaluated once per spec in the round.
+    fn need(&mut self, claim: &ResourceClaim, key: &str) -> Result<ClaimNeed, String> {
+        let pending = !is_allocated(claim) && claim.metadata.deletion_timestamp.is_none();
+        let spec = serde_json::to_string(&claim.spec).unwrap_or_default();
+        if let Some(requests) = self.worked_out.get(&spec).filter(|_| pending) {
+            return Ok(ClaimNeed::Pending {
+                claim: key.to_string(),
+                requests: requests.clone(),
+            });
+        }
+        let need = need(claim, self.classes, self.devices, &mut self.selectors)?;
+        if let ClaimNeed::Pending { requests, .. } = &need {
+            self.worked_out.insert(spec, requests.clone());
+        }
+        Ok(need)
     }
 
     /// The devices of each kind (a node view's device `resource`: `nvidia.com/gpu`, a MIG
@@ -766,6 +787,48 @@ mod tests {
         };
         assert_eq!(requests[0].alternatives[0].name, "g/big");
         assert_eq!(requests[0].alternatives[0].count, Count::Exactly(2));
+    }
+
+    #[test]
+    fn a_round_works_out_alike_claims_once_and_counts_their_devices_by_kind() {
+        let gpu = class("gpu.nvidia.com", "device.driver == 'gpu.nvidia.com'");
+        let classes = BTreeMap::from([("gpu.nvidia.com".to_string(), &gpu)]);
+        let s = slice();
+        let devices = slice_devices(std::slice::from_ref(&s));
+        let named = |name: &str| {
+            let mut c = claim(
+                json!([{"name": "g", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                "selectors": [{"cel": {"expression":
+                    "device.attributes['gpu.nvidia.com'].type == 'gpu'"}}]}}]),
+            );
+            c.metadata.name = Some(name.into());
+            c
+        };
+        let (a, b) = (named("a"), named("b"));
+        let index = BTreeMap::from([("ns/a".to_string(), &a), ("ns/b".to_string(), &b)]);
+        let pod = |name: &str, claim: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": "ns"},
+                "spec": {"containers": [],
+                    "resourceClaims": [{"name": "g", "resourceClaimName": claim}]}}))
+            .expect("pod")
+        };
+        let mut needs = Needs::new(&index, &classes, &devices);
+        let first = needs.of(&pod("p", "a")).expect("a").expect("pending");
+        let second = needs.of(&pod("q", "b")).expect("b").expect("pending");
+        assert_eq!(needs.worked_out.len(), 1, "one spec, worked out once");
+        assert_eq!(first[0].claim(), "ns/a");
+        assert_eq!(second[0].claim(), "ns/b");
+        assert_eq!(matching(&second[0]), vec![vec!["gpu-0".to_string()]]);
+        // A claim another pod of the round takes: counted with that pod.
+        assert!(needs.of(&pod("r", "a")).expect("shared").is_none());
+        // By kind, as the node views name the devices.
+        let mut n1 = NodeView {
+            name: "n1".into(),
+            ..Default::default()
+        };
+        n1.devices = super::super::model::devices(&s);
+        let kinds = needs.devices_by_kind(&first, &[n1]);
+        assert_eq!(kinds, BTreeMap::from([("nvidia.com/gpu".to_string(), 1)]));
     }
 
     #[test]
