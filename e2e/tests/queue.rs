@@ -525,8 +525,24 @@ fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
         })
         .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
         kc_apply_ok(&k, &t, &gpu_deployment("serve", 1))?;
-        // The node is laid out for MIG while busy's runs hold two of its GPUs: it drains.
-        poll_until("the node's layout pending for MIG", WAIT, || {
+        // The node is laid out for MIG while busy's runs hold two of its GPUs: it drains, and
+        // the waiting pod is told so in its tenant.
+        let mut told = String::new();
+        let (mut seen_told, mut seen_pending) = (false, false);
+        poll_until("the node's layout pending for MIG, the MIG pod told", WAIT, || {
+            told = kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pods",
+                    "-l",
+                    "app=serve",
+                    "-o",
+                    r#"jsonpath={.items[0].status.conditions[?(@.type=="PodScheduled")].message}"#,
+                ],
+            )?;
+            seen_told |= told.contains("is being laid out for nvidia.com/mig-1g.18gb");
             let status = kc_ok(
                 &k,
                 &host,
@@ -537,8 +553,10 @@ fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
                     r#"jsonpath={.items[0].metadata.annotations.fabrik\.dev/gpu-layout}|{.items[0].metadata.annotations.fabrik\.dev/gpu-layout-status}"#,
                 ],
             )?;
-            Ok(status.contains("all-1g.18gb") && status.contains("pending"))
-        })?;
+            seen_pending |= status.contains("all-1g.18gb") && status.contains("pending");
+            Ok(seen_pending && seen_told)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {told}"))?;
         // Meanwhile no new work goes to the draining node, though six of its GPUs are free.
         kc_apply_ok(&k, &busy, &gpu_pod("late", 1, 5))?;
         std::thread::sleep(Duration::from_secs(3));

@@ -62,6 +62,25 @@ impl Recent {
     }
 }
 
+/// The node being laid out so that it offers `resource`, if any: its layout annotation is the
+/// one [`layout_for`] gives for `resource` and its node agent reports it `pending` (it drains)
+/// or it was written here lately (the agent has not answered yet).
+pub fn laying_out<'n>(nodes: &'n [Node], resource: &str, recent: &Recent) -> Option<&'n str> {
+    nodes.iter().find_map(|node| {
+        let name = node.metadata.name.as_deref()?;
+        let labels = node.metadata.labels.clone().unwrap_or_default();
+        let wanted = layout_for(resource, &labels)?;
+        let written = node
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(fabrik_api::ANNOTATION_GPU_LAYOUT)?;
+        (written.trim() == wanted.trim()
+            && (super::input::relayout_pending(node) || recent.held(name)))
+        .then_some(name)
+    })
+}
+
 /// The node to repartition and its new layout, if some demand waits for a GPU kind no node
 /// offers and an idle node can offer it — or, once the demand has waited `drain_after`
 /// (nanoseconds), a busy one, to drain.
@@ -208,6 +227,41 @@ mod tests {
         assert_eq!(
             plan_at(&[("n1", 3, false), ("n3", 0, false)], 10 * s).as_deref(),
             Some("n3")
+        );
+    }
+
+    #[test]
+    fn a_node_is_being_laid_out_while_its_agent_reports_it_pending_or_it_was_just_written() {
+        let mig = "nvidia.com/mig-1g.18gb";
+        let (mut n1, _) = node("n1", 2, true);
+        let layout =
+            layout_for(mig, n1.metadata.labels.as_ref().expect("labels")).expect("a layout");
+        n1.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(fabrik_api::ANNOTATION_GPU_LAYOUT.into(), layout.clone());
+        let recent = Recent::default();
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n1), mig, &recent),
+            Some("n1")
+        );
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n1), fabrik_api::RESOURCE_GPU, &recent),
+            None,
+            "not for another kind"
+        );
+        // Written here, not answered yet; applied (not pending, not recent): no longer.
+        let (mut n2, _) = node("n2", 0, false);
+        n2.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::ANNOTATION_GPU_LAYOUT.to_string(),
+            layout,
+        )]));
+        assert_eq!(laying_out(std::slice::from_ref(&n2), mig, &recent), None);
+        let mut recent = Recent::default();
+        recent.note("n2");
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n2), mig, &recent),
+            Some("n2")
         );
     }
 

@@ -605,6 +605,7 @@ async fn pass(
     let mut decision = decide::decide(&input, &policy);
     state.reservations = decision.reservations.clone();
     decision.waiting.extend(unreadable);
+    tell_layouts(&input, &nodes, &state.repartitioned, &mut decision);
     release_all(host, &pods, &release, state).await;
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
@@ -654,6 +655,43 @@ async fn release_all(host: &Client, pods: &[Pod], release: &[String], state: &mu
         {
             Ok(_) => state.ok(&what),
             Err(e) => state.failed(what, &e),
+        }
+    }
+}
+
+/// Tells the waiting pods that want a kind of GPU no node offers yet which node is being laid
+/// out for it.
+fn tell_layouts(
+    input: &decide::Input,
+    nodes: &[Node],
+    recent: &layouts::Recent,
+    decision: &mut Decision,
+) {
+    for w in &input.waiting {
+        let coming: Vec<String> = w
+            .gpus()
+            .into_keys()
+            .filter(|r| input.capacity.get(r).copied().unwrap_or(0) == 0)
+            .filter_map(|r| {
+                let node = layouts::laying_out(nodes, &r, recent)?;
+                Some(format!("node {node} is being laid out for {r}"))
+            })
+            .collect();
+        if coming.is_empty() {
+            continue;
+        }
+        // First, so that it is told at once (not held back as a change of figures).
+        let note = format!(
+            "{} (its runs end first, no new work goes there)",
+            coming.join(", ")
+        );
+        for p in &w.pods {
+            if let Some(m) = decision
+                .waiting
+                .get_mut(&format!("{}/{}", p.namespace, p.name))
+            {
+                *m = format!("{note}; {m}");
+            }
         }
     }
 }
