@@ -278,6 +278,70 @@ fn reclaim_leaves_the_pods_a_disruption_budget_protects() {
         if keep != (4, 0, 0) || spare.2 != 2 {
             bail!("keep (bound, queued, preempted) {keep:?}, spare {spare:?}");
         }
+        // Had a budget changed between a decision and its eviction, the queue would have
+        // marked a protected pod: the eviction is refused, and the pod runs on in its tenant
+        // (not `Failed`), which is told why. (Marked here as the queue marks.)
+        let marked = kc_ok(
+            &k,
+            &host,
+            &[
+                "get",
+                "pods",
+                "-n",
+                "fabrik-beta",
+                "-l",
+                "app=keep",
+                "-o",
+                r#"jsonpath={.items[0].metadata.name} {.items[0].metadata.annotations.fabrik\.dev/virtual-name}"#,
+            ],
+        )?;
+        let Some((host_pod, tenant_pod)) = marked.trim().split_once(' ') else {
+            bail!("a keep pod on the host: {marked:?}");
+        };
+        let condition = format!(
+            r#"{{"status":{{"conditions":[{{"type":"DisruptionTarget","status":"True","reason":"{}","message":"preempted by Fabrik's GPU queue (test)"}}]}}}}"#,
+            "PreemptedByFairShare"
+        );
+        kc_ok(
+            &k,
+            &host,
+            &[
+                "patch",
+                "pod",
+                host_pod,
+                "-n",
+                "fabrik-beta",
+                "--subresource=status",
+                "--type=strategic",
+                "-p",
+                &condition,
+            ],
+        )?;
+        let mut events = String::new();
+        poll_until("beta told that a budget holds the pod back", WAIT, || {
+            events = kc_ok(
+                &k,
+                &beta,
+                &[
+                    "get",
+                    "events",
+                    "--field-selector",
+                    "reason=PreemptionBlockedByDisruptionBudget",
+                    "-o",
+                    "jsonpath={.items[*].involvedObject.name}",
+                ],
+            )?;
+            Ok(events.contains(tenant_pod))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {events:?}"))?;
+        let phase = kc_ok(
+            &k,
+            &beta,
+            &["get", "pod", tenant_pod, "-o", "jsonpath={.status.phase}"],
+        )?;
+        if phase != "Running" {
+            bail!("the pod a budget holds back is {phase:?} in its tenant");
+        }
         Ok(())
     };
     if let Err(e) = run() {

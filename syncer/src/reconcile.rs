@@ -95,6 +95,14 @@ fn is_gone(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
 
+/// Whether the API refused for now (429: an eviction a disruption budget does not allow yet).
+fn is_too_many_requests(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 429)
+}
+
+/// The reason of the tenant Event when a disruption budget holds a preempted pod back.
+pub const REASON_PREEMPTION_BLOCKED: &str = "PreemptionBlockedByDisruptionBudget";
+
 fn is_conflict(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 409)
 }
@@ -978,9 +986,49 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
     }
     if let Some(message) = queue_preemption(&h) {
-        // Preempted by the GPU queue: the tenant is told (an Event; the pod `Failed`, reason
-        // `Preempted`, as a preempted pod ends upstream), then the host pod goes through the
-        // Eviction API, so that disruption budgets hold, within its own grace period.
+        // Preempted by the GPU queue: the host pod goes through the Eviction API, so that
+        // disruption budgets hold, within its own grace period; once the eviction is accepted
+        // the tenant is told (an Event; the pod `Failed`, reason `Preempted`, as a preempted pod
+        // ends upstream). A budget that refuses it now (it changed since the queue decided)
+        // leaves the pod running, and the tenant is told why it has not gone yet. The condition
+        // goes up first, so that a host pod gone before the tenant is told still reads as
+        // preempted.
+        if queue_preemption(&tpod).is_none() && phase(&tpod) != "Failed" {
+            ctx.tenant_status(Kind::Pod, ns, name, pods::tenant_status(&h))
+                .await?;
+        }
+        if !is_deleting(&h) {
+            let pods: Api<k8s_openapi::api::core::v1::Pod> =
+                Api::namespaced(ctx.host_client.clone(), &ctx.host_namespace);
+            match pods.evict(&hname, &Default::default()).await {
+                Ok(_) => {}
+                Err(e) if is_gone(&e) => {}
+                Err(e) if is_too_many_requests(&e) => {
+                    let why = format!(
+                        "the GPU queue preempts this pod, but a disruption budget does not let it                          go now; it runs on until one does ({message})"
+                    );
+                    report(
+                        ctx,
+                        Kind::Pod,
+                        ns,
+                        name,
+                        uid,
+                        REASON_PREEMPTION_BLOCKED,
+                        &why,
+                    )
+                    .await?;
+                    return Ok(());
+                }
+                Err(source) => {
+                    return Err(Error::Host {
+                        verb: "evict",
+                        kind: Kind::Pod,
+                        name: hname,
+                        source,
+                    })
+                }
+            }
+        }
         if phase(&tpod) != "Failed" {
             report(
                 ctx,
@@ -997,22 +1045,6 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
             status.insert("reason".into(), json!("Preempted"));
             status.insert("message".into(), json!(message));
             ctx.tenant_status(Kind::Pod, ns, name, status).await?;
-        }
-        if !is_deleting(&h) {
-            let pods: Api<k8s_openapi::api::core::v1::Pod> =
-                Api::namespaced(ctx.host_client.clone(), &ctx.host_namespace);
-            match pods.evict(&hname, &Default::default()).await {
-                Ok(_) => {}
-                Err(e) if is_gone(&e) => {}
-                Err(source) => {
-                    return Err(Error::Host {
-                        verb: "evict",
-                        kind: Kind::Pod,
-                        name: hname,
-                        source,
-                    })
-                }
-            }
         }
         return Ok(());
     }
