@@ -11,9 +11,9 @@
 //! first, through the Eviction API so that PodDisruptionBudgets hold; never a workload a budget
 //! protects now; after the policy's reclaim grace, and never a borrower declared to end within
 //! it) until every tenant is at its fair share: the queue marks each pod (`DisruptionTarget`, reason
-//! [`fabrik_api::REASON_QUEUE_RECLAIM`]); the tenant's syncer tells the tenant (the condition,
-//! an Event, the pod `Failed` with reason `Preempted`) and evicts the host pod within its own
-//! grace period; a marked pod still there after [`Settings::evict_after`] is evicted here. A
+//! [`fabrik_api::REASON_QUEUE_RECLAIM`]); the tenant's syncer evicts the host pod within its own
+//! grace period and, once the eviction is accepted, tells the tenant (the condition, an Event,
+//! the pod `Failed` with reason `Preempted`); a marked pod still there after [`Settings::evict_after`] is evicted here. A
 //! workload waiting past the starvation bound gets nodes reserved for it; GPUs that nothing can
 //! use in queue order go to backfill (annotated as such), the first to be preempted.
 //!
