@@ -419,8 +419,13 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
                 // Shares a claim with a pod before it: counted there.
                 Ok(None) => {}
                 Err(why) => {
-                    if gated(pod) {
+                    // A claim not there yet: it waits, saying so. One this queue cannot count
+                    // (a feature the embedded scheduler lacks, such as constraints): the host's
+                    // scheduler judges it, as without the queue.
+                    if gated(pod) && claims_missing(pod, &claim_index) {
                         unreadable.insert(key_of_pod(), format!("its resource claims: {why}"));
+                    } else if gated(pod) && pod.metadata.deletion_timestamp.is_none() {
+                        release.push(key_of_pod());
                     }
                     continue;
                 }
@@ -543,6 +548,18 @@ fn claim_names(pod: &Pod) -> &[PodResourceClaim] {
         .as_ref()
         .and_then(|s| s.resource_claims.as_deref())
         .unwrap_or_default()
+}
+
+/// Whether a claim of the pod does not exist yet (a template's, not made; a named one, not
+/// synced).
+fn claims_missing(pod: &Pod, claim_index: &BTreeMap<String, &ResourceClaim>) -> bool {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    match claims::pod_claims(pod) {
+        Err(_) => true,
+        Ok(names) => names
+            .iter()
+            .any(|(_, name)| !claim_index.contains_key(&format!("{ns}/{name}"))),
+    }
 }
 
 /// The devices on `node` that the allocated claims among `needs` hold (device names).
@@ -820,10 +837,18 @@ mod tests {
             }
             serde_json::from_value(c).expect("a claim")
         };
+        let mut constrained = claim("constrained", "gpu.nvidia.com", None);
+        if let Some(d) = constrained.spec.as_mut().and_then(|s| s.devices.as_mut()) {
+            d.constraints = Some(vec![serde_json::from_value(
+                json!({"matchAttribute": "gpu.nvidia.com/nvlinkIsland"}),
+            )
+            .expect("a constraint")]);
+        }
         let claims = [
             claim("two", "gpu.nvidia.com", None),
             claim("nics", "nic.example.com", None),
             claim("held", "gpu.nvidia.com", Some("gpu-1")),
+            constrained,
         ];
         let pod = |name: &str, claim: &str, gated: bool| -> Pod {
             let mut p = json!({
@@ -843,6 +868,7 @@ mod tests {
             pod("wants-two", "two", true),
             pod("wants-nics", "nics", true),
             pod("wants-nothing-known", "missing", true),
+            pod("wants-constrained", "constrained", true),
             pod("holds-one", "held", false),
         ];
         let host = Host {
@@ -872,8 +898,15 @@ mod tests {
         assert_eq!(a.pods[0].request.claimed["nvidia.com/gpu"], 1);
         let n1 = &built.input.nodes[0];
         assert_eq!(n1.devices.iter().filter(|d| d.used > 0).count(), 1);
-        // No GPU among its claims: let go; a claim not there yet: it waits, saying so.
-        assert_eq!(built.release, vec!["fabrik-a/wants-nics".to_string()]);
+        // No GPU among its claims, or claims this queue cannot count (the host's scheduler
+        // judges them): let go; a claim not there yet: it waits, saying so.
+        assert_eq!(
+            built.release,
+            vec![
+                "fabrik-a/wants-nics".to_string(),
+                "fabrik-a/wants-constrained".to_string()
+            ]
+        );
         assert!(
             built.unreadable["fabrik-a/wants-nothing-known"].contains("not found"),
             "{:?}",
