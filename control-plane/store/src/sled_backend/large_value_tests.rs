@@ -28,7 +28,7 @@ fn value(len: usize, seed: u8) -> Bytes {
 }
 
 fn open(path: &Path, history: u64, history_bytes: u64) -> Result<SledBackend, crate::StoreError> {
-    SledBackend::open(SledConfig {
+    super::reopen(SledConfig {
         history,
         history_bytes,
         ..SledConfig::new(path)

@@ -16,7 +16,7 @@ use crate::{Store, StoreError, WatchItem, WatchStream};
 type TestResult = Result<(), Box<dyn Error>>;
 
 fn open(path: &Path, history: u64) -> Result<SledBackend, StoreError> {
-    SledBackend::open(SledConfig {
+    super::reopen(SledConfig {
         path: path.to_owned(),
         cache_capacity_bytes: super::DEFAULT_CACHE_BYTES,
         history,
