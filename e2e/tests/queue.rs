@@ -328,10 +328,13 @@ fn reclaim_leaves_the_pods_a_disruption_budget_protects() {
                     "--field-selector",
                     "reason=PreemptionBlockedByDisruptionBudget",
                     "-o",
-                    "jsonpath={.items[*].involvedObject.name}",
+                    r#"jsonpath={range .items[*]}{.involvedObject.name}: {.message}{"\n"}{end}"#,
                 ],
             )?;
-            Ok(events.contains(tenant_pod))
+            Ok(events.lines().any(|l| {
+                l.starts_with(&format!("{tenant_pod}: "))
+                    && l.contains("a disruption budget does not let it go now")
+            }))
         })
         .map_err(|e| anyhow::anyhow!("{e}: {events:?}"))?;
         let phase = kc_ok(

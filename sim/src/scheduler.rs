@@ -200,18 +200,8 @@ pub async fn round(client: &Client, reported: &mut BTreeMap<String, String>) -> 
         &claims::allocated_devices(&all_claims, &claims::node_agent_drivers(&slices)),
     );
     let drivers = claims::drivers_by_node(&slices);
-    let claim_index: BTreeMap<String, &ResourceClaim> = all_claims
-        .iter()
-        .map(|c| {
-            let ns = c.metadata.namespace.as_deref().unwrap_or("");
-            let name = c.metadata.name.as_deref().unwrap_or("");
-            (format!("{ns}/{name}"), c)
-        })
-        .collect();
-    let classes: BTreeMap<String, &DeviceClass> = classes
-        .iter()
-        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
-        .collect();
+    let claim_index = claims::claim_index(&all_claims);
+    let classes = claims::class_index(&classes);
     let devices = if uses_claims {
         claims::slice_devices(&slices)
     } else {

@@ -1005,7 +1005,8 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                 Err(e) if is_gone(&e) => {}
                 Err(e) if is_too_many_requests(&e) => {
                     let why = format!(
-                        "the GPU queue preempts this pod, but a disruption budget does not let it                          go now; it runs on until one does ({message})"
+                        "the GPU queue preempts this pod, but a disruption budget does not let it \
+                         go now; it runs on until one does ({message})"
                     );
                     report(
                         ctx,

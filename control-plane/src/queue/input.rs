@@ -357,18 +357,8 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
             view.schedulable = false;
         }
     }
-    let claim_index: BTreeMap<String, &ResourceClaim> = all_claims
-        .iter()
-        .map(|c| {
-            let ns = c.metadata.namespace.as_deref().unwrap_or("");
-            let name = c.metadata.name.as_deref().unwrap_or("");
-            (format!("{ns}/{name}"), c)
-        })
-        .collect();
-    let class_index: BTreeMap<String, &DeviceClass> = classes
-        .iter()
-        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
-        .collect();
+    let claim_index = claims::claim_index(all_claims);
+    let class_index = claims::class_index(classes);
     let uses_claims = pods.iter().any(|p| !claim_names(p).is_empty());
     let devices = if uses_claims {
         claims::slice_devices(slices)

@@ -667,14 +667,18 @@ fn tell_layouts(
     recent: &layouts::Recent,
     decision: &mut Decision,
 ) {
+    // Per kind nobody offers, looked up once (many pods may wait for one kind).
+    let mut laid: BTreeMap<String, Option<&str>> = BTreeMap::new();
     for w in &input.waiting {
         let coming: Vec<String> = w
             .gpus()
             .into_keys()
             .filter(|r| input.capacity.get(r).copied().unwrap_or(0) == 0)
             .filter_map(|r| {
-                let node = layouts::laying_out(nodes, &r, recent)?;
-                Some(format!("node {node} is being laid out for {r}"))
+                let node = *laid
+                    .entry(r.clone())
+                    .or_insert_with(|| layouts::laying_out(nodes, &r, recent));
+                Some(format!("node {} is being laid out for {r}", node?))
             })
             .collect();
         if coming.is_empty() {

@@ -530,6 +530,26 @@ fn alternative(
     })
 }
 
+/// Claims by `namespace/name`, as [`Needs`] looks them up.
+pub fn claim_index(claims: &[ResourceClaim]) -> BTreeMap<String, &ResourceClaim> {
+    claims
+        .iter()
+        .map(|c| {
+            let ns = c.metadata.namespace.as_deref().unwrap_or("");
+            let name = c.metadata.name.as_deref().unwrap_or("");
+            (format!("{ns}/{name}"), c)
+        })
+        .collect()
+}
+
+/// DeviceClasses by name, as [`Needs`] looks them up.
+pub fn class_index(classes: &[DeviceClass]) -> BTreeMap<String, &DeviceClass> {
+    classes
+        .iter()
+        .filter_map(|c| Some((c.metadata.name.clone()?, c)))
+        .collect()
+}
+
 /// What a placement round knows for working out pods' claims: the claims by `namespace/name`,
 /// the DeviceClasses by name, the slices' devices ([`slice_devices`]); the scheduler's and the
 /// GPU queue's.
