@@ -116,7 +116,10 @@ fn kubelet(
         let mut pods = std::pin::pin!(watcher(api.clone(), watcher::Config::default())
             .default_backoff()
             .applied_objects());
-        while let Some(Ok(pod)) = pods.next().await {
+        // A watch error (a dropped connection, a 410 under load) is retried by the backoff;
+        // it must not end the stand-in kubelet, or every later pod stays Pending.
+        while let Some(event) = pods.next().await {
+            let Ok(pod) = event else { continue };
             let phase = pod.status.as_ref().and_then(|s| s.phase.clone());
             if pod.metadata.deletion_timestamp.is_some()
                 || matches!(phase.as_deref(), Some("Running" | "Succeeded" | "Failed"))
@@ -226,8 +229,11 @@ async fn deployment_rolls_out_updates_and_undoes() -> Result<()> {
     let rs_watch = rss.clone();
     let tracker = tokio::spawn(async move {
         let mut store: BTreeMap<String, i32> = BTreeMap::new();
-        let mut s = std::pin::pin!(watcher(rs_watch, watcher::Config::default()).applied_objects());
-        while let Some(Ok(rs)) = s.next().await {
+        let mut s = std::pin::pin!(watcher(rs_watch, watcher::Config::default())
+            .default_backoff()
+            .applied_objects());
+        while let Some(event) = s.next().await {
+            let Ok(rs) = event else { continue };
             store.insert(rs.name_any(), rs.spec.replicas.unwrap_or(0));
             let total: i32 = store.values().sum();
             watch_max.fetch_max(total, std::sync::atomic::Ordering::SeqCst);
