@@ -5,6 +5,7 @@
 //! tenant, the preempted ones say `Preempted`, the Tenants' `status.queue` and `/metrics` show
 //! each standing. Host pods wait at the queue's scheduling gate until admitted.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -511,13 +512,40 @@ fn a_job_is_admitted_with_all_its_parallelism_or_not_at_all() {
     }
 }
 
+/// What each node can take now, from the host: node → (whole GPUs, 1g.18gb instances).
+fn allocatable(k: &e2e::Kubectl, host: &std::path::Path) -> Result<BTreeMap<String, (i64, i64)>> {
+    let out = kc_ok(k, host, &["get", "nodes", "-o", "json"])?;
+    let list: Value = serde_json::from_str(&out).context("node list")?;
+    let count = |v: &Value| v.as_str().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+    Ok(list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| {
+            let a = &n["status"]["allocatable"];
+            (
+                n["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                (
+                    count(&a["nvidia.com/gpu"]),
+                    count(&a["nvidia.com/mig-1g.18gb"]),
+                ),
+            )
+        })
+        .collect())
+}
+
+/// Every GPU is whole and one runs a pod when a tenant on 1g.18gb MIG instances comes: one idle
+/// GPU is cut into seven instances for it — on the node already in use, beside the busy GPU,
+/// which keeps its run; the idle node stays whole for large jobs.
 #[test]
-fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
+fn an_idle_gpu_is_laid_out_for_a_gpu_kind_nobody_offers() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
     let run = || -> Result<()> {
-        // Every GPU is whole; an inference tenant runs on 1g.18gb MIG instances.
         let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
         let busy = f.create_tenant("busy", &["--gpus", "8"])?;
         kc_apply_ok(&k, &busy, &gpu_deployment("hold", 1))?;
@@ -532,17 +560,6 @@ fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
             Ok(seen.0 == 4)
         })
         .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
-        // Only the idle node was laid out: the one holding busy's pod is still whole.
-        let layouts = kc_ok(
-            &k,
-            &host,
-            &[
-                "get",
-                "nodes",
-                "-o",
-                r#"jsonpath={range .items[*]}{.metadata.name}={.metadata.annotations.fabrik\.dev/gpu-layout}|{end}"#,
-            ],
-        )?;
         let held = kc_ok(
             &k,
             &busy,
@@ -555,12 +572,16 @@ fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
                 "jsonpath={.items[0].spec.nodeName}",
             ],
         )?;
-        let mig_nodes: Vec<&str> = layouts
-            .split('|')
-            .filter(|l| l.contains("geometry: all-1g.18gb"))
-            .collect();
-        if mig_nodes.len() != 1 || mig_nodes[0].starts_with(&format!("{held}=")) {
-            bail!("layouts {layouts:?}; busy's pod is on {held}");
+        let nodes = allocatable(&k, &host)?;
+        // One GPU of the busy node cut (7 whole + 7 instances), the other node all whole.
+        for (node, (whole, mig)) in &nodes {
+            let want = if *node == held { (7, 7) } else { (8, 0) };
+            if (*whole, *mig) != want {
+                bail!("node {node} offers {whole} GPUs and {mig} instances, not {want:?}: {nodes:?} (busy's pod on {held})");
+            }
+        }
+        if pods_of(&k, &busy, "hold")?.0 != 1 {
+            bail!("busy's run did not go on");
         }
         Ok(())
     };
@@ -569,12 +590,22 @@ fn an_idle_node_is_laid_out_for_a_gpu_kind_nobody_offers() {
     }
 }
 
-/// The only node is busy with whole-GPU runs when a tenant on MIG instances comes: past the
-/// starvation bound the queue lays the busy node out for MIG, and it drains — no new work goes
-/// there while its node agent waits for the GPUs in use, nothing is preempted — until the runs
-/// end and the layout applies; then the MIG pod runs.
+/// A pod of `gpus` GPUs that runs `seconds` and declares it may run `deadline`.
+fn gpu_run(name: &str, gpus: usize, seconds: u64, deadline: u64) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  labels: {{app: stream}}\n  \
+         annotations: {{sim.fabrik.dev/run-seconds: \"{seconds}\"}}\nspec:\n  restartPolicy: Never\n  \
+         activeDeadlineSeconds: {deadline}\n  \
+         containers: [{{name: main, image: trainer, resources: {{limits: {{nvidia.com/gpu: \"{gpus}\"}}}}}}]\n"
+    )
+}
+
+/// The only node's eight whole GPUs all run when a tenant on MIG instances comes: past the
+/// starvation bound one GPU — the one whose run declares the earliest end — is laid out for
+/// MIG and drains (its node agent stops offering it; nothing is preempted), and once its run
+/// ends the MIG pod runs while the other seven runs go on.
 #[test]
-fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
+fn a_busy_gpu_drains_for_a_gpu_kind_nobody_offers() {
     let f = Fabrik::start_with(&["--nodes", "1", "--queue-starvation-seconds", "3"])
         .expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
@@ -582,21 +613,23 @@ fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
     let run = || -> Result<()> {
         let busy = f.create_tenant("busy", &["--gpus", "8"])?;
         let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
-        for name in ["hold-0", "hold-1"] {
-            kc_apply_ok(&k, &busy, &gpu_pod(name, 1, 12))?;
+        kc_apply_ok(&k, &busy, &gpu_run("short", 1, 20, 40))?;
+        for i in 0..7 {
+            kc_apply_ok(&k, &busy, &gpu_run(&format!("long-{i}"), 1, 120, 300))?;
         }
         let mut states = Default::default();
-        poll_until("busy's two runs started", WAIT, || {
+        poll_until("busy's eight runs started", WAIT, || {
             states = pod_states(&k, &busy)?;
-            Ok(states.values().filter(|(p, _)| p == "Running").count() == 2)
+            Ok(states.values().filter(|(p, _)| p == "Running").count() == 8)
         })
         .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
         kc_apply_ok(&k, &t, &gpu_deployment("serve", 1))?;
-        // The node is laid out for MIG while busy's runs hold two of its GPUs: it drains, and
-        // the waiting pod is told so in its tenant.
+        // One GPU is laid out for MIG while the short run holds it: it drains (no longer
+        // offered), and the waiting pod is told so in its tenant.
         let mut told = String::new();
+        let mut status = String::new();
         let (mut seen_told, mut seen_pending) = (false, false);
-        poll_until("the node's layout pending for MIG, the MIG pod told", WAIT, || {
+        poll_until("a GPU draining for MIG, the MIG pod told", WAIT, || {
             told = kc_ok(
                 &k,
                 &t,
@@ -610,49 +643,47 @@ fn a_busy_node_drains_for_a_gpu_kind_nobody_offers() {
                 ],
             )?;
             seen_told |= told.contains("is being laid out for nvidia.com/mig-1g.18gb");
-            let status = kc_ok(
+            status = kc_ok(
                 &k,
                 &host,
                 &[
                     "get",
                     "nodes",
                     "-o",
-                    r#"jsonpath={.items[0].metadata.annotations.fabrik\.dev/gpu-layout}|{.items[0].metadata.annotations.fabrik\.dev/gpu-layout-status}"#,
+                    r#"jsonpath={.items[0].metadata.annotations.fabrik\.dev/gpu-layout-status}"#,
                 ],
             )?;
-            seen_pending |= status.contains("all-1g.18gb") && status.contains("pending");
+            let waiting: Value = serde_json::from_str(&status).unwrap_or(Value::Null);
+            if waiting["state"] == "pending" {
+                if waiting["waitingGpus"].as_array().map(Vec::len) != Some(1) {
+                    bail!("more than one GPU drains: {status}");
+                }
+                // (The node's status may trail its annotations by a moment.)
+                let offered = allocatable(&k, &host)?;
+                seen_pending |= offered.values().next().map(|(whole, _)| *whole) == Some(7);
+            }
             Ok(seen_pending && seen_told)
         })
-        .map_err(|e| anyhow::anyhow!("{e}: {told}"))?;
-        // Meanwhile no new work goes to the draining node, though six of its GPUs are free.
-        kc_apply_ok(&k, &busy, &gpu_pod("late", 1, 5))?;
-        std::thread::sleep(Duration::from_secs(3));
-        states = pod_states(&k, &busy)?;
-        match states.get("late") {
-            Some((phase, node)) if phase == "Pending" && node.is_empty() => {}
-            other => bail!("a pod went to the draining node: late {other:?}"),
-        }
-        kc_ok(&k, &busy, &["delete", "pod", "late", "--wait=false"])?;
-        // The runs end on their own (nothing is preempted), the layout applies, the MIG pod runs.
+        .map_err(|e| anyhow::anyhow!("{e}: told {told:?}, status {status}"))?;
+        // The short run ends on its own, the GPU is cut, the MIG pod runs; the long runs go on.
         let mut seen = (0, 0, 0);
         poll_until("the inference pod running on MIG", WAIT, || {
             seen = pods_of(&k, &t, "serve")?;
             Ok(seen.0 == 1)
         })
         .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
-        // (The tenant's copies of their status may trail the host's by a moment.)
-        poll_until("busy's runs ended on their own", WAIT, || {
+        poll_until("busy's short run ended on its own", WAIT, || {
             states = pod_states(&k, &busy)?;
-            let phases: Vec<&str> = ["hold-0", "hold-1"]
-                .iter()
-                .map(|n| states.get(*n).map_or("", |(phase, _)| phase.as_str()))
-                .collect();
-            if phases.contains(&"Failed") {
-                bail!("a run was cut short: {states:?}");
-            }
-            Ok(phases.iter().all(|p| *p == "Succeeded"))
+            Ok(states.get("short").is_some_and(|(p, _)| p == "Succeeded"))
         })
         .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        let running = states
+            .iter()
+            .filter(|(n, (p, _))| n.starts_with("long-") && p == "Running")
+            .count();
+        if running != 7 {
+            bail!("the long runs did not all go on: {states:?}");
+        }
         Ok(())
     };
     if let Err(e) = run() {

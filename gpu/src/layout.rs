@@ -22,6 +22,14 @@
 //! mode: shared
 //! slices:
 //!   - { memoryMiB: 20480, computePercent: 25, count: 4 }
+//! ---
+//! mode: mixed                      # each GPU its own way
+//! default: { mode: whole }         # GPUs not in perGpu (whole when absent)
+//! perGpu:
+//!   "0": { mode: mig, geometry: all-1g.18gb }
+//!   "1": { mode: mig, profiles: [3g.71gb, 4g.71gb] }
+//!   "2": { mode: time-slicing, replicas: 4 }
+//!   "3": { mode: shared, slices: [{ memoryMiB: 20480, computePercent: 25, count: 4 }] }
 //! ```
 
 use std::collections::BTreeMap;
@@ -84,6 +92,90 @@ pub enum Layout {
         /// The slice classes, each repeated `count` times per GPU.
         slices: Vec<SharedSlice>,
     },
+    /// Each GPU its own way (MIG devices named by NVIDIA's mixed strategy).
+    Mixed {
+        /// The layout of every GPU not in `perGpu` (whole when absent).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        default: Option<GpuLayout>,
+        /// Per GPU index.
+        #[serde(default, rename = "perGpu")]
+        per_gpu: BTreeMap<String, GpuLayout>,
+    },
+}
+
+/// The layout of one GPU, in a [`Layout::Mixed`].
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(tag = "mode", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum GpuLayout {
+    /// Whole, MIG off.
+    Whole {},
+    /// MIG instances: a named geometry or a list of profiles (one of the two).
+    Mig {
+        /// A named geometry (`all-1g.18gb`, `all-balanced`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        geometry: Option<String>,
+        /// Explicit profiles.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        profiles: Option<Vec<String>>,
+    },
+    /// Advertised `replicas` times (CUDA time-slicing).
+    TimeSlicing {
+        /// How many pods may share the GPU.
+        replicas: u32,
+    },
+    /// Cut into memory/compute-capped software slices.
+    Shared {
+        /// The slice classes.
+        slices: Vec<SharedSlice>,
+    },
+}
+
+impl Layout {
+    /// The layout of each of the GPUs `indexes`, as a [`Layout::Mixed`] would say it: a
+    /// node-wide layout rewritten GPU by GPU (to change some GPUs and keep the rest). `None`
+    /// for NVIDIA's single MIG strategy, whose devices are named for the whole node.
+    pub fn per_gpu(&self, indexes: &[u32]) -> Option<BTreeMap<u32, GpuLayout>> {
+        let each = |f: &dyn Fn(u32) -> GpuLayout| indexes.iter().map(|&i| (i, f(i))).collect();
+        Some(match self {
+            Layout::Whole {} => each(&|_| GpuLayout::Whole {}),
+            Layout::Mig {
+                strategy: MigStrategy::Single,
+                ..
+            } => return None,
+            Layout::Mig {
+                geometry, per_gpu, ..
+            } => each(&|i| match per_gpu.get(&i.to_string()).cloned() {
+                Some(GpuMig::Geometry(g)) => GpuLayout::Mig {
+                    geometry: Some(g),
+                    profiles: None,
+                },
+                Some(GpuMig::Profiles(p)) => GpuLayout::Mig {
+                    geometry: None,
+                    profiles: Some(p),
+                },
+                None => match geometry {
+                    Some(g) => GpuLayout::Mig {
+                        geometry: Some(g.clone()),
+                        profiles: None,
+                    },
+                    None => GpuLayout::Whole {},
+                },
+            }),
+            Layout::TimeSlicing { replicas } => each(&|_| GpuLayout::TimeSlicing {
+                replicas: *replicas,
+            }),
+            Layout::Shared { slices } => each(&|_| GpuLayout::Shared {
+                slices: slices.clone(),
+            }),
+            Layout::Mixed { default, per_gpu } => each(&|i| {
+                per_gpu
+                    .get(&i.to_string())
+                    .or(default.as_ref())
+                    .cloned()
+                    .unwrap_or(GpuLayout::Whole {})
+            }),
+        })
+    }
 }
 
 /// NVIDIA's MIG strategies: how a node's MIG devices are published.
@@ -170,12 +262,36 @@ impl GpuTarget {
     pub fn wants_mig(&self) -> bool {
         matches!(self, GpuTarget::Mig { .. })
     }
+
+    /// The extended resources the GPU offers so laid out, and how many of each (MIG devices
+    /// by NVIDIA's mixed strategy; a time-sliced GPU as `nvidia.com/gpu.shared`).
+    pub fn resources(&self) -> BTreeMap<String, i64> {
+        let mut out = BTreeMap::new();
+        let mut add = |r: String, n: i64| *out.entry(r).or_insert(0) += n;
+        match self {
+            GpuTarget::Whole => add(fabrik_api::RESOURCE_GPU.into(), 1),
+            GpuTarget::Mig { instances } => {
+                for i in instances {
+                    add(format!("nvidia.com/mig-{}", i.profile), 1);
+                }
+            }
+            GpuTarget::TimeSliced { replicas } => {
+                add(fabrik_api::RESOURCE_GPU_SHARED.into(), i64::from(*replicas));
+            }
+            GpuTarget::Shared { slices } => {
+                for sl in slices {
+                    add(sl.resource_name(), i64::from(sl.count));
+                }
+            }
+        }
+        out
+    }
 }
 
 /// The resolved layout: a target per GPU index, and the mode name for labels.
 #[derive(Clone, Debug, Deserialize, Serialize, PartialEq, Eq)]
 pub struct Target {
-    /// `whole`, `mig`, `time-slicing` or `shared`.
+    /// `whole`, `mig`, `mig-single`, `time-slicing`, `shared` or `mixed`.
     pub mode: String,
     /// Per GPU index.
     pub gpus: BTreeMap<u32, GpuTarget>,
@@ -201,19 +317,7 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
             per_gpu,
             strategy,
         } => {
-            let mut overrides = BTreeMap::new();
-            for (key, mig) in per_gpu {
-                let index: u32 = key.parse().map_err(|_| {
-                    Error::Invalid(format!("perGpu key {key:?} is not a GPU index"))
-                })?;
-                if !gpus.iter().any(|g| g.index == index) {
-                    return Err(Error::Invalid(format!(
-                        "perGpu names GPU {index}, but the node has {} GPUs",
-                        gpus.len()
-                    )));
-                }
-                overrides.insert(index, mig);
-            }
+            let overrides = gpu_keys(per_gpu, gpus)?;
             if geometry.is_none() && overrides.is_empty() {
                 return Err(Error::Invalid(
                     "mode mig needs a geometry or perGpu entries".into(),
@@ -240,18 +344,8 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
             }
         }
         Layout::TimeSlicing { replicas } => {
-            if !(1..=64).contains(replicas) {
-                return Err(Error::Invalid(format!(
-                    "time-slicing replicas must be 1..=64, got {replicas}"
-                )));
-            }
             for g in gpus {
-                out.insert(
-                    g.index,
-                    GpuTarget::TimeSliced {
-                        replicas: *replicas,
-                    },
-                );
+                out.insert(g.index, time_sliced(*replicas)?);
             }
             "time-slicing"
         }
@@ -267,11 +361,74 @@ pub fn resolve(layout: &Layout, gpus: &[GpuInfo]) -> Result<Target> {
             }
             "shared"
         }
+        Layout::Mixed { default, per_gpu } => {
+            let overrides = gpu_keys(per_gpu, gpus)?;
+            for g in gpus {
+                let target = match overrides.get(&g.index).copied().or(default.as_ref()) {
+                    None => GpuTarget::Whole,
+                    Some(l) => gpu_target(g, l)?,
+                };
+                out.insert(g.index, target);
+            }
+            "mixed"
+        }
     };
     Ok(Target {
         mode: mode.to_string(),
         gpus: out,
     })
+}
+
+/// `perGpu` by GPU index: every key a GPU of this node.
+fn gpu_keys<'a, T>(
+    per_gpu: &'a BTreeMap<String, T>,
+    gpus: &[GpuInfo],
+) -> Result<BTreeMap<u32, &'a T>> {
+    let mut out = BTreeMap::new();
+    for (key, value) in per_gpu {
+        let index: u32 = key
+            .parse()
+            .map_err(|_| Error::Invalid(format!("perGpu key {key:?} is not a GPU index")))?;
+        if !gpus.iter().any(|g| g.index == index) {
+            return Err(Error::Invalid(format!(
+                "perGpu names GPU {index}, but the node has {} GPUs",
+                gpus.len()
+            )));
+        }
+        out.insert(index, value);
+    }
+    Ok(out)
+}
+
+fn time_sliced(replicas: u32) -> Result<GpuTarget> {
+    if !(1..=64).contains(&replicas) {
+        return Err(Error::Invalid(format!(
+            "time-slicing replicas must be 1..=64, got {replicas}"
+        )));
+    }
+    Ok(GpuTarget::TimeSliced { replicas })
+}
+
+/// The target of one GPU laid out as `layout` (one GPU of a [`Layout::Mixed`]).
+pub fn gpu_target(gpu: &GpuInfo, layout: &GpuLayout) -> Result<GpuTarget> {
+    match layout {
+        GpuLayout::Whole {} => Ok(GpuTarget::Whole),
+        GpuLayout::Mig { geometry, profiles } => match (geometry, profiles) {
+            (Some(g), None) => mig_target(gpu, &GpuMig::Geometry(g.clone())),
+            (None, Some(p)) => mig_target(gpu, &GpuMig::Profiles(p.clone())),
+            _ => Err(Error::Invalid(format!(
+                "GPU {}: mode mig needs a geometry or profiles (one of the two)",
+                gpu.index
+            ))),
+        },
+        GpuLayout::TimeSlicing { replicas } => time_sliced(*replicas),
+        GpuLayout::Shared { slices } => {
+            check_slices(slices, gpu)?;
+            Ok(GpuTarget::Shared {
+                slices: slices.clone(),
+            })
+        }
+    }
 }
 
 /// The one profile of a single-strategy layout: every GPU MIG, every instance alike.
@@ -467,6 +624,94 @@ pub(crate) mod tests {
                 .unwrap_or_default();
             assert!(err.contains(expect), "{text:?}: {err:?} lacks {expect:?}");
         }
+    }
+
+    #[test]
+    fn a_mixed_layout_lays_each_gpu_out_its_own_way() {
+        let text = r#"
+mode: mixed
+default: {mode: time-slicing, replicas: 2}
+perGpu:
+  "0": {mode: mig, geometry: all-1g.18gb}
+  "1": {mode: mig, profiles: [3g.71gb, 4g.71gb]}
+  "2": {mode: whole}
+  "3": {mode: shared, slices: [{memoryMiB: 20480, computePercent: 25, count: 4}]}
+"#;
+        let t = resolve(&parse(text).expect("parses"), &gpus("H200-141GB", 5)).expect("resolves");
+        assert_eq!(t.mode, "mixed");
+        assert_eq!(t.gpus[&0].resources()["nvidia.com/mig-1g.18gb"], 7);
+        assert_eq!(t.gpus[&1].resources().len(), 2);
+        assert_eq!(t.gpus[&2], GpuTarget::Whole);
+        assert_eq!(
+            t.gpus[&3].resources()["fabrik.dev/shared-gpu-20480mib-25pct"],
+            4
+        );
+        assert_eq!(t.gpus[&4], GpuTarget::TimeSliced { replicas: 2 });
+        for (text, why) in [
+            (
+                r#"mode: mixed
+perGpu: {"0": {mode: mig}}"#,
+                "one of the two",
+            ),
+            (
+                r#"mode: mixed
+perGpu: {"9": {mode: whole}}"#,
+                "the node has 2 GPUs",
+            ),
+            (
+                r#"mode: mixed
+perGpu: {"0": {mode: time-slicing, replicas: 99}}"#,
+                "1..=64",
+            ),
+            (
+                r#"mode: mixed
+perGpu: {"0": {mode: whole, x: 1}}"#,
+                "unknown field",
+            ),
+            (
+                r#"mode: mixed
+perGpu: {"0": {mode: mig, geometry: all-1g.10gb}}"#,
+                "GPU 0",
+            ),
+        ] {
+            let err = resolve_text(text, "H200-141GB")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(err.contains(why), "{text:?}: {err:?} lacks {why:?}");
+        }
+    }
+
+    #[test]
+    fn any_layout_is_said_gpu_by_gpu_and_means_the_same() {
+        let g = gpus("H200-141GB", 3);
+        for text in [
+            "mode: whole",
+            "mode: mig\ngeometry: all-balanced\nperGpu: {\"1\": [3g.71gb]}",
+            "mode: mig\nperGpu: {\"2\": all-1g.18gb}",
+            "mode: time-slicing\nreplicas: 4",
+            "mode: shared\nslices: [{memoryMiB: 10240, computePercent: 10, count: 3}]",
+            "mode: mixed\nperGpu: {\"1\": {mode: time-slicing, replicas: 3}}",
+        ] {
+            let layout = parse(text).expect("parses");
+            let per_gpu = layout.per_gpu(&[0, 1, 2]).expect("per GPU");
+            let mixed = Layout::Mixed {
+                default: None,
+                per_gpu: per_gpu
+                    .into_iter()
+                    .map(|(i, l)| (i.to_string(), l))
+                    .collect(),
+            };
+            // Written out and read back, it lays every GPU out as the original does.
+            let again = parse(&serde_yaml_ng::to_string(&mixed).expect("yaml")).expect("parses");
+            assert_eq!(
+                resolve(&again, &g).expect("mixed").gpus,
+                resolve(&layout, &g).expect("original").gpus,
+                "{text}"
+            );
+        }
+        let single = parse("mode: mig\nstrategy: single\ngeometry: all-1g.18gb").expect("ok");
+        assert_eq!(single.per_gpu(&[0]), None);
     }
 
     #[test]

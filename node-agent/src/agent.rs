@@ -253,15 +253,20 @@ impl Agent {
 
         // Inventory.
         let gpus = self.backend.inventory()?;
-        let inv = inventory::compute(
-            &gpus,
-            &self.state.applied,
-            &self.state.unhealthy,
-            &self.layout_mode(),
-        );
+        // A GPU that waits for its pods to end before its layout changes is not offered
+        // meanwhile (as an unhealthy one is not), so that it drains.
+        let withheld: BTreeSet<u32> = self
+            .state
+            .unhealthy
+            .keys()
+            .copied()
+            .chain(outcome.waiting.iter().copied())
+            .collect();
+        let inv = inventory::compute(&gpus, &self.state.applied, &withheld, &self.layout_mode());
         let status_doc = json!({
             "state": outcome.phase.as_str(),
             "reason": outcome.reason,
+            "waitingGpus": outcome.waiting,
         })
         .to_string();
         let mut annotations = BTreeMap::from([(

@@ -142,11 +142,12 @@ pub fn single_mig_profile(gpus: &[GpuInfo], mode: &str) -> Option<String> {
         .map(|m| m.profile.clone())
 }
 
-/// Computes the inventory.
+/// Computes the inventory. The GPUs `withheld` (unhealthy, or waiting for a layout change)
+/// count in the capacity but not in what is allocatable, and their devices are not published.
 pub fn compute(
     gpus: &[GpuInfo],
     applied: &BTreeMap<u32, GpuTarget>,
-    unhealthy: &BTreeMap<u32, String>,
+    withheld: &BTreeSet<u32>,
     mode: &str,
 ) -> Inventory {
     let mut inv = Inventory::default();
@@ -154,11 +155,11 @@ pub fn compute(
     // NVIDIA's single MIG strategy: the one profile's devices are `nvidia.com/gpu`.
     let single = single_mig_profile(gpus, mode);
     for g in gpus {
-        let healthy = !unhealthy.contains_key(&g.index);
+        let offered = !withheld.contains(&g.index);
         let island = islands.iter().position(|i| i.contains(&g.index));
         let publish = |inv: &mut Inventory, resource: String, n: i64, device: Device| {
             add(&mut inv.capacity, resource.clone(), n);
-            if healthy {
+            if offered {
                 add(&mut inv.allocatable, resource, n);
                 inv.devices.push(device);
             }
@@ -414,7 +415,7 @@ mod tests {
                 },
             ),
         ]);
-        let inv = compute(&gpus(), &applied, &BTreeMap::new(), "mig");
+        let inv = compute(&gpus(), &applied, &BTreeSet::new(), "mig");
         // Time-sliced replicas are not whole GPUs.
         assert_eq!(inv.capacity["nvidia.com/gpu"], 1);
         assert_eq!(inv.capacity["nvidia.com/gpu.shared"], 4);
@@ -457,10 +458,10 @@ mod tests {
         let inv = compute(
             &gpus(),
             &BTreeMap::new(),
-            &BTreeMap::new(),
+            &BTreeSet::new(),
             fabrik_gpu::layout::MODE_MIG_SINGLE,
         );
-        let mixed = compute(&gpus(), &BTreeMap::new(), &BTreeMap::new(), "mig");
+        let mixed = compute(&gpus(), &BTreeMap::new(), &BTreeSet::new(), "mig");
         let migs = mixed.capacity["nvidia.com/mig-3g.71gb"];
         assert_eq!(
             inv.capacity["nvidia.com/gpu"],
@@ -484,7 +485,8 @@ mod tests {
 
     #[test]
     fn unhealthy_gpus_leave_allocatable_and_the_slice() {
-        let bad = BTreeMap::from([(1, "XID 79".to_string()), (0, "ECC".to_string())]);
+        // Unhealthy, or waiting for a layout change: not offered.
+        let bad = BTreeSet::from([1, 0]);
         let inv = compute(&gpus(), &BTreeMap::new(), &bad, "whole");
         assert_eq!(inv.capacity["nvidia.com/mig-3g.71gb"], 2);
         assert_eq!(inv.allocatable["nvidia.com/mig-3g.71gb"], 0);

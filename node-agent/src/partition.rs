@@ -13,7 +13,7 @@
 //!   retried on later passes up to [`MAX_ATTEMPTS`] times for the same desired layout.
 //! * Idempotent: with nothing to do, nothing is called but the inventory.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fabrik_gpu::layout::{self, GpuTarget, PlannedMig};
 use fabrik_gpu::profiles::Placement;
@@ -123,6 +123,9 @@ pub struct Outcome {
     pub changed: bool,
     /// The steps carried out, as messages (for Events).
     pub done: Vec<String>,
+    /// The GPUs whose change waits for the pods using them to end: their devices are not
+    /// offered meanwhile, so that no new pod lands there and the change can apply.
+    pub waiting: BTreeSet<u32>,
 }
 
 /// Pods using each GPU index.
@@ -146,11 +149,12 @@ pub fn reconcile(
         st.phase = Phase::Pending;
         st.reason = "new layout".into();
     }
-    let finish = |st: &mut AgentState, done: Vec<String>| Outcome {
+    let finish = |st: &mut AgentState, done: Vec<String>, waiting: BTreeSet<u32>| Outcome {
         phase: st.phase,
         reason: st.reason.clone(),
         changed: (st.phase, st.reason.clone()) != before,
         done,
+        waiting,
     };
     let gpus = backend.inventory().map_err(Error::Inventory)?;
     let target = match layout::parse(&desired_text).and_then(|l| layout::resolve(&l, &gpus)) {
@@ -159,15 +163,16 @@ pub fn reconcile(
             st.phase = Phase::Failed;
             st.reason = e.to_string();
             save(st)?;
-            return Ok(finish(st, Vec::new()));
+            return Ok(finish(st, Vec::new(), BTreeSet::new()));
         }
     };
     if st.phase == Phase::Failed && st.attempts >= MAX_ATTEMPTS {
-        return Ok(finish(st, Vec::new()));
+        return Ok(finish(st, Vec::new(), BTreeSet::new()));
     }
     st.target = Some(target.clone());
     let mut done = Vec::new();
     let mut waiting = Vec::new();
+    let mut waiting_gpus = BTreeSet::new();
     let mut failure = None;
     for gpu in &gpus {
         let Some(want) = target.gpus.get(&gpu.index) else {
@@ -179,6 +184,7 @@ pub fn reconcile(
         }
         if let Some(pods) = busy.get(&gpu.index).filter(|p| !p.is_empty()) {
             waiting.push(format!("GPU {} (in use by {})", gpu.index, pods.join(", ")));
+            waiting_gpus.insert(gpu.index);
             continue;
         }
         // Persist intent before touching the GPU.
@@ -225,7 +231,7 @@ pub fn reconcile(
         st.reason = format!("layout {} applied to {} GPUs", target.mode, gpus.len());
     }
     save(st)?;
-    Ok(finish(st, done))
+    Ok(finish(st, done, waiting_gpus))
 }
 
 fn join(steps: &[Step]) -> String {
@@ -316,6 +322,8 @@ mod tests {
         let inv = b.inventory().expect("inv");
         assert_eq!(inv[0].mig.len(), 7, "the free GPU is changed");
         assert!(inv[1].mig.is_empty(), "the busy GPU is not");
+        // Only the busy GPU waits (it is not offered meanwhile).
+        assert_eq!(out.waiting, BTreeSet::from([1]));
         let out = pass(
             &mut b,
             "mode: mig\ngeometry: all-1g.10gb",
@@ -323,6 +331,15 @@ mod tests {
             &mut st,
         );
         assert_eq!(out.phase, Phase::Applied);
+        assert!(out.waiting.is_empty());
+        // A mixed layout changes one GPU and leaves the other as it is.
+        let mixed = r#"{"mode": "mixed", "default": {"mode": "mig", "geometry": "all-1g.10gb"},
+                        "perGpu": {"0": {"mode": "whole"}}}"#;
+        let out = pass(&mut b, mixed, &busy, &mut st);
+        assert_eq!(out.phase, Phase::Applied, "{out:?}");
+        let inv = b.inventory().expect("inv");
+        assert!(!inv[0].mig_enabled, "GPU 0 whole");
+        assert_eq!(inv[1].mig.len(), 7, "GPU 1, busy, untouched");
     }
 
     #[test]

@@ -334,9 +334,10 @@ pub struct Built {
     pub unreadable: BTreeMap<String, String>,
 }
 
-/// The queue's input: `tenants` with their resources and the host's objects at `now`. A node
-/// whose layout is being changed counts in the capacity but takes no new work, so that its
-/// busy GPUs drain and the node agent can lay it out. A pod's GPUs are those its containers
+/// The queue's input: `tenants` with their resources and the host's objects at `now`. GPUs
+/// whose layout is being changed count in the capacity but take no new work, so that they
+/// drain and the node agent can lay them out (the whole node, where its GPUs cannot be told
+/// apart). A pod's GPUs are those its containers
 /// request and those its ResourceClaims take (the devices of an allocated claim, what a pending
 /// one asks for).
 pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
@@ -353,8 +354,19 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
     count_allocatable(&mut views, nodes);
     let capacity = capacity(nodes, &views);
     for (view, node) in views.iter_mut().zip(nodes) {
-        if relayout_pending(node) {
-            view.schedulable = false;
+        match super::layouts::node_gpus(node, view) {
+            // GPUs being laid out anew take no new work (their node agent stops offering one
+            // that waits for its pods; this covers the moment before it answers).
+            Some(gpus) => {
+                for d in &mut view.devices {
+                    if u32::try_from(d.gpu).is_ok_and(|g| gpus.changing.contains(&g)) {
+                        d.used = d.slots;
+                    }
+                }
+            }
+            // A node not seen GPU by GPU takes nothing new while its layout changes.
+            None if relayout_pending(node) => view.schedulable = false,
+            None => {}
         }
     }
     let claim_index = claims::claim_index(all_claims);

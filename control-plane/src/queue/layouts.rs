@@ -1,293 +1,839 @@
-//! GPU layouts that follow the queue's demand: when workloads wait for a kind of GPU that no
-//! node offers at all (a `mig:1g.18gb` tenant on a pool of whole GPUs, whole-GPU training on a
-//! pool partitioned into MIG), an idle node is repartitioned for it by writing its layout
-//! annotation ([`fabrik_api::ANNOTATION_GPU_LAYOUT`]), which its node agent applies (see
-//! `docs/node-agent.md`, "Layouts").
+//! GPU layouts that follow the queue's demand, GPU by GPU: when workloads wait for a kind of
+//! GPU (whole, a MIG profile, time-sliced, a capped shared slice) of which too little is free,
+//! idle GPUs of kinds nobody waits for are laid out for it — a MIG GPU made whole for a
+//! training job, one whole GPU cut into seven `1g.18gb` instances for inference — by writing
+//! the node's layout annotation ([`fabrik_api::ANNOTATION_GPU_LAYOUT`]) as a `mode: mixed`
+//! layout that keeps every other GPU as it was, which the node agent applies (see
+//! `docs/node-agent.md`, "Layouts"). Whole, MIG and shared GPUs mix on one node.
 //!
-//! An idle node is taken first (no pod holds or is admitted to any of its GPUs). When none is
-//! and the demand has waited past the starvation bound, a busy node is laid out — the one with
-//! the fewest devices in use — and drains: while its node agent reports the layout `pending`
-//! the queue admits nothing new there ([`super::input::build`]), its runs end, and the agent
-//! applies the layout (nothing is preempted for it). One node per decision, one draining at a
-//! time, and a node repartitioned here is left alone for [`HOLD`] afterwards, so that two
-//! demands cannot toss a node between them. A node whose GPU model lacks the MIG profile asked
-//! for is not chosen.
+//! When no GPU can be spared and a workload has waited past the starvation bound for a kind
+//! that no node has enough of to run its largest pod at all — however long it waited — busy
+//! GPUs are laid out for it and drain: the node agent stops offering a GPU whose change waits
+//! for its pods (as it does an unhealthy one), so no new work goes there, its runs end, and the
+//! change applies. Nothing is preempted for it. The GPUs chosen are those freed soonest (fewest
+//! devices in use, runs that declare the earliest end), on one node; one drain at a time.
+//!
+//! A GPU re-laid out here is left alone for [`HOLD`], so that two demands cannot toss it
+//! between them; after a write the queue waits for the node to show it before planning more.
+//! Nodes whose GPUs the queue cannot see one by one (no node agent's ResourceSlices, a MIG
+//! layout of NVIDIA's single strategy, an unknown model) are not laid out here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use fabrik_gpu::queue::Input;
+use fabrik_gpu::device::GpuInfo;
+use fabrik_gpu::layout::{self, GpuLayout, Layout, SharedSlice};
+use fabrik_gpu::placement::model::NodeView;
+use fabrik_gpu::profiles::GpuModel;
+use fabrik_gpu::queue::{Input, Waiting};
 use k8s_openapi::api::core::v1::Node;
 
-/// How long a node repartitioned here is not repartitioned again.
+/// How long a GPU re-laid out here is not re-laid out again.
 pub const HOLD: Duration = Duration::from_secs(60);
 
-/// How long demand must have waited before a node is repartitioned for it, in nanoseconds.
+/// How long demand must have waited before GPUs are re-laid out for it, in nanoseconds.
 pub const WAITED: i128 = 5 * 1_000_000_000;
 
-/// The layout (annotation text) that makes a node offer `resource`, if Fabrik's node agent
-/// can lay one out for it on a node with these labels.
-pub fn layout_for(resource: &str, labels: &BTreeMap<String, String>) -> Option<String> {
-    if resource == fabrik_api::RESOURCE_GPU {
-        return Some("mode: whole\n".into());
-    }
-    if resource == fabrik_api::RESOURCE_GPU_SHARED {
-        return Some("mode: time-slicing\nreplicas: 4\n".into());
-    }
-    let profile = resource.strip_prefix("nvidia.com/mig-")?;
-    let product = labels.get("nvidia.com/gpu.product")?;
-    let memory = labels
-        .get("nvidia.com/gpu.memory")
-        .and_then(|m| m.parse::<u64>().ok())?;
-    let model = fabrik_gpu::profiles::model_from_product(product, memory).ok()?;
-    model.profile(profile).ok()?;
-    Some(format!(
-        "mode: mig\nstrategy: mixed\ngeometry: all-{profile}\n"
-    ))
+/// After a layout is written, how long the queue waits for the node to show it before it
+/// plans again (so that one demand is not served twice).
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// The most GPUs re-laid out in one decision.
+const MAX_GPUS: usize = 64;
+
+/// Units of each GPU resource.
+type Units = BTreeMap<String, i64>;
+
+fn units(m: &Units, r: &str) -> i64 {
+    m.get(r).copied().unwrap_or(0)
 }
 
-/// Remembers the nodes repartitioned here.
-#[derive(Default)]
-pub struct Recent(BTreeMap<String, Instant>);
-
-impl Recent {
-    fn held(&self, node: &str) -> bool {
-        self.0.get(node).is_some_and(|at| at.elapsed() < HOLD)
-    }
-
-    /// Notes that `node` was repartitioned now.
-    pub fn note(&mut self, node: &str) {
-        self.0.retain(|_, at| at.elapsed() < HOLD);
-        self.0.insert(node.to_string(), Instant::now());
-    }
+/// A node's GPUs as the queue can lay them out.
+pub struct NodeGpus {
+    model: &'static GpuModel,
+    /// Per GPU index: its layout as the node's annotation wants it.
+    desired: BTreeMap<u32, GpuLayout>,
+    /// Per GPU index: what the desired layout offers.
+    offers: BTreeMap<u32, Units>,
+    /// Per GPU index: what its devices offer now (the node agent's ResourceSlice).
+    have: BTreeMap<u32, Units>,
+    /// The GPUs whose devices are not (yet) what the desired layout offers: being changed.
+    pub changing: BTreeSet<u32>,
 }
 
-/// The node being laid out so that it offers `resource`, if any: its layout annotation is the
-/// one [`layout_for`] gives for `resource` and its node agent reports it `pending` (it drains)
-/// or it was written here lately (the agent has not answered yet).
-pub fn laying_out<'n>(nodes: &'n [Node], resource: &str, recent: &Recent) -> Option<&'n str> {
-    nodes.iter().find_map(|node| {
-        let name = node.metadata.name.as_deref()?;
-        let labels = node.metadata.labels.clone().unwrap_or_default();
-        let wanted = layout_for(resource, &labels)?;
-        let written = node
-            .metadata
-            .annotations
-            .as_ref()?
-            .get(fabrik_api::ANNOTATION_GPU_LAYOUT)?;
-        (written.trim() == wanted.trim()
-            && (super::input::relayout_pending(node) || recent.held(name)))
-        .then_some(name)
+/// `node`'s GPUs, one by one, if the queue can lay them out: the node agent publishes them
+/// (in the view, from its ResourceSlice), the model is known, and its layout is valid and not
+/// of NVIDIA's single MIG strategy.
+pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
+    let labels = node.metadata.labels.as_ref()?;
+    let model = fabrik_gpu::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
+    let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
+    // Devices counted from `allocatable` (no slice) carry no UUID and no real GPU index.
+    if count == 0 || view.devices.iter().any(|d| d.uuid.is_empty()) {
+        return None;
+    }
+    let text = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_LAYOUT));
+    let current = match text {
+        Some(t) => layout::parse(t).ok()?,
+        None => Layout::Whole {},
+    };
+    let indexes: Vec<u32> = (0..count).collect();
+    let desired = current.per_gpu(&indexes)?;
+    let mut offers = BTreeMap::new();
+    for (&i, l) in &desired {
+        let target = layout::gpu_target(&GpuInfo::plain(i, model), l).ok()?;
+        offers.insert(i, target.resources());
+    }
+    let mut have: BTreeMap<u32, Units> = BTreeMap::new();
+    for d in &view.devices {
+        let Ok(i) = u32::try_from(d.gpu) else {
+            continue;
+        };
+        *have
+            .entry(i)
+            .or_default()
+            .entry(d.resource.clone())
+            .or_insert(0) += d.slots;
+    }
+    let changing = indexes
+        .iter()
+        .copied()
+        .filter(|i| have.get(i) != offers.get(i))
+        .collect();
+    Some(NodeGpus {
+        model,
+        desired,
+        offers,
+        have,
+        changing,
     })
 }
 
-/// The node to repartition and its new layout, if some demand waits for a GPU kind no node
-/// offers and an idle node can offer it — or, once the demand has waited `drain_after`
-/// (nanoseconds), a busy one, to drain.
-pub fn plan(
-    input: &Input,
-    nodes: &[Node],
-    recent: &Recent,
-    drain_after: i128,
-) -> Option<(String, String)> {
-    // Kinds asked for that no schedulable node offers, by how long they have waited.
-    let mut wanted: BTreeMap<String, i128> = BTreeMap::new();
-    for w in &input.waiting {
-        if input.now - w.arrival < WAITED {
+/// How one GPU of `model` is laid out to offer `resource`, and how many of it that makes.
+pub fn gpu_layout_for(resource: &str, model: &'static GpuModel) -> Option<(GpuLayout, i64)> {
+    let layout = if resource == fabrik_api::RESOURCE_GPU {
+        GpuLayout::Whole {}
+    } else if resource == fabrik_api::RESOURCE_GPU_SHARED {
+        GpuLayout::TimeSlicing { replicas: 4 }
+    } else if let Some(profile) = resource.strip_prefix("nvidia.com/mig-") {
+        GpuLayout::Mig {
+            geometry: Some(format!("all-{profile}")),
+            profiles: None,
+        }
+    } else {
+        // A capped shared slice, `fabrik.dev/shared-gpu-<MiB>mib-<percent>pct`: as many as
+        // the GPU's compute and memory hold.
+        let rest = resource.strip_prefix("fabrik.dev/shared-gpu-")?;
+        let (mib, pct) = rest.strip_suffix("pct")?.split_once("mib-")?;
+        let (mib, pct): (u64, u32) = (mib.parse().ok()?, pct.parse().ok()?);
+        if mib == 0 || !(1..=100).contains(&pct) {
+            return None;
+        }
+        let count = u64::from(100 / pct).min(model.memory_mib / mib);
+        GpuLayout::Shared {
+            slices: vec![SharedSlice {
+                memory_mib: mib,
+                compute_percent: pct,
+                count: u32::try_from(count).ok()?,
+            }],
+        }
+    };
+    let target = layout::gpu_target(&GpuInfo::plain(0, model), &layout).ok()?;
+    let n = units(&target.resources(), resource);
+    (n > 0).then_some((layout, n))
+}
+
+/// The node's layout annotation with `changes` made (GPU index → layout) and every other GPU
+/// as it is: `mode: mixed`, the most common layout as the default.
+fn layout_text(gpus: &NodeGpus, changes: &BTreeMap<u32, GpuLayout>) -> Option<String> {
+    let mut all = gpus.desired.clone();
+    all.extend(changes.iter().map(|(i, l)| (*i, l.clone())));
+    let mut counts: Vec<(&GpuLayout, usize)> = Vec::new();
+    for l in all.values() {
+        match counts.iter_mut().find(|(c, _)| *c == l) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((l, 1)),
+        }
+    }
+    // The most common; the first GPU's among equals.
+    let default = counts
+        .iter()
+        .rev()
+        .max_by_key(|(_, n)| *n)
+        .map(|(l, _)| (*l).clone())?;
+    let per_gpu = all
+        .into_iter()
+        .filter(|(_, l)| *l != default)
+        .map(|(i, l)| (i.to_string(), l))
+        .collect();
+    serde_yaml_ng::to_string(&Layout::Mixed {
+        default: Some(default),
+        per_gpu,
+    })
+    .ok()
+}
+
+/// Remembers the GPUs re-laid out here, and when the last layout was written.
+#[derive(Default)]
+pub struct Recent {
+    gpus: BTreeMap<(String, u32), Instant>,
+    written: Option<Instant>,
+}
+
+impl Recent {
+    fn held(&self, node: &str, gpu: u32) -> bool {
+        self.gpus
+            .get(&(node.to_string(), gpu))
+            .is_some_and(|at| at.elapsed() < HOLD)
+    }
+
+    fn settling(&self) -> bool {
+        self.written.is_some_and(|at| at.elapsed() < SETTLE)
+    }
+
+    /// Notes that `gpus` of `node` were re-laid out now.
+    pub fn note(&mut self, node: &str, gpus: impl IntoIterator<Item = u32>) {
+        self.gpus.retain(|_, at| at.elapsed() < HOLD);
+        let now = Instant::now();
+        for g in gpus {
+            self.gpus.insert((node.to_string(), g), now);
+        }
+        self.written = Some(now);
+    }
+}
+
+/// A layout to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Change {
+    /// The node.
+    pub node: String,
+    /// Its new layout annotation.
+    pub layout: String,
+    /// The GPUs re-laid out, and for which resource.
+    pub gpus: BTreeMap<u32, String>,
+    /// Whether some of them are in use (they drain).
+    pub drains: bool,
+}
+
+/// The node being laid out so that it offers `resource`, if any, and its GPUs being changed
+/// for it.
+pub fn laying_out<'n>(
+    nodes: &'n [Node],
+    views: &[NodeView],
+    resource: &str,
+) -> Option<(&'n str, Vec<u32>)> {
+    nodes.iter().zip(views).find_map(|(node, view)| {
+        let gpus = node_gpus(node, view)?;
+        let changing: Vec<u32> = gpus
+            .changing
+            .iter()
+            .copied()
+            .filter(|g| gpus.offers.get(g).is_some_and(|o| o.contains_key(resource)))
+            .collect();
+        (!changing.is_empty()).then_some((node.metadata.name.as_deref()?, changing))
+    })
+}
+
+/// One GPU the plan may re-lay out.
+struct Gpu {
+    node: usize,
+    index: u32,
+    /// What it offers now.
+    offers: Units,
+    /// Devices of it in use.
+    used: i64,
+    /// When the last of its runs ends at the latest (`i128::MAX` when not known; 0 idle).
+    free_by: i128,
+    /// Taken by this plan.
+    taken: bool,
+}
+
+/// The GPUs of one node the plan lays out anew.
+#[derive(Default)]
+struct Planned {
+    layouts: BTreeMap<u32, GpuLayout>,
+    gpus: BTreeMap<u32, String>,
+    drains: bool,
+}
+
+impl Planned {
+    /// Lays `gpu` out as `layout`, for `resource`.
+    fn take(&mut self, gpu: &mut Gpu, layout: &GpuLayout, resource: &str) {
+        gpu.taken = true;
+        self.layouts.insert(gpu.index, layout.clone());
+        self.gpus.insert(gpu.index, resource.to_string());
+        self.drains |= gpu.used > 0;
+    }
+}
+
+/// The layouts to write for the demand waiting in `input`: idle GPUs nobody waits for laid out
+/// for the kinds too little of is free; past `drain_after` (nanoseconds of waiting), busy GPUs
+/// for a kind no node has enough of at all. See the module documentation.
+pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -> Vec<Change> {
+    if recent.settling() {
+        return Vec::new();
+    }
+    let laid: Vec<Option<NodeGpus>> = nodes
+        .iter()
+        .zip(&input.nodes)
+        .map(|(n, v)| node_gpus(n, v).filter(|_| v.schedulable))
+        .collect();
+    let names: Vec<&str> = input.nodes.iter().map(|v| v.name.as_str()).collect();
+    // Free and total units per node and kind, on the nodes that take pods.
+    let mut free: Vec<Units> = vec![Units::new(); input.nodes.len()];
+    let mut total: Vec<Units> = vec![Units::new(); input.nodes.len()];
+    for (n, view) in input.nodes.iter().enumerate() {
+        if !view.schedulable {
             continue;
         }
-        for r in w.gpus().keys() {
-            if input.capacity.get(r).copied().unwrap_or(0) == 0 {
-                let at = wanted.entry(r.clone()).or_insert(w.arrival);
-                *at = (*at).min(w.arrival);
+        for d in &view.devices {
+            *free[n].entry(d.resource.clone()).or_insert(0) += (d.slots - d.used).max(0);
+            *total[n].entry(d.resource.clone()).or_insert(0) += d.slots;
+        }
+    }
+    let mut free_all = Units::new();
+    for f in &free {
+        for (r, n) in f {
+            *free_all.entry(r.clone()).or_insert(0) += n;
+        }
+    }
+    let mut demand = Units::new();
+    for w in &input.waiting {
+        for (r, n) in w.gpus() {
+            *demand.entry(r).or_insert(0) += n;
+        }
+    }
+    // When each GPU's runs end at the latest.
+    let mut ends: BTreeMap<(&str, &str), i128> = BTreeMap::new();
+    for a in &input.admitted {
+        for p in &a.pods {
+            for d in &p.devices {
+                let by = a.ends_by.unwrap_or(i128::MAX);
+                let e = ends.entry((p.node.as_str(), d.as_str())).or_insert(0);
+                *e = (*e).max(by);
             }
         }
     }
-    let mut order: Vec<(i128, String)> = wanted.into_iter().map(|(r, at)| (at, r)).collect();
-    order.sort();
-    let busy: BTreeSet<&str> = input
-        .admitted
-        .iter()
-        .flat_map(|a| a.pods.iter().map(|p| p.node.as_str()))
-        .collect();
-    // Kinds other waiting work needs: a node offering them is taken last.
-    let needed: BTreeSet<String> = input
-        .waiting
-        .iter()
-        .flat_map(|w| w.gpus().into_keys())
-        .collect();
-    let draining = nodes.iter().any(super::input::relayout_pending);
-    for (since, resource) in order {
-        // (devices in use, devices of kinds other waiting work needs, node, layout)
-        let candidates = input
-            .nodes
-            .iter()
-            .zip(nodes)
-            .filter(|(view, _)| view.schedulable && !recent.held(&view.name))
-            .filter_map(|(view, node)| {
-                let labels = node.metadata.labels.clone().unwrap_or_default();
-                let layout = layout_for(&resource, &labels)?;
-                let used: i64 = view.devices.iter().map(|d| d.used).sum();
-                let in_use = if busy.contains(view.name.as_str()) {
-                    used.max(1)
-                } else {
-                    used
-                };
-                let offers_needed = view
-                    .devices
-                    .iter()
-                    .filter(|d| needed.contains(&d.resource))
-                    .count();
-                Some((in_use, offers_needed, view.name.clone(), layout))
+    let mut gpus: Vec<Gpu> = Vec::new();
+    for (n, g) in laid.iter().enumerate() {
+        let Some(g) = g else { continue };
+        for (&index, offers) in &g.have {
+            if g.changing.contains(&index) || recent.held(names[n], index) {
+                continue;
+            }
+            let devices = input.nodes[n]
+                .devices
+                .iter()
+                .filter(|d| d.gpu == i64::from(index));
+            let (mut used, mut free_by) = (0, 0);
+            for d in devices {
+                used += d.used;
+                if d.used > 0 {
+                    let end = ends
+                        .get(&(names[n], d.name.as_str()))
+                        .copied()
+                        .unwrap_or(i128::MAX);
+                    free_by = free_by.max(end);
+                }
+            }
+            gpus.push(Gpu {
+                node: n,
+                index,
+                offers: offers.clone(),
+                used,
+                free_by,
+                taken: false,
             });
-        let mut candidates: Vec<_> = candidates.collect();
-        candidates.sort();
-        let Some((in_use, _, node, layout)) = candidates.into_iter().next() else {
-            continue;
-        };
-        let may_drain = !draining && input.now - since >= drain_after;
-        if in_use == 0 || may_drain {
-            return Some((node, layout));
         }
     }
-    None
+    // Nodes reserved for a workload are laid out for it only.
+    let reserved: BTreeMap<&str, &str> = input
+        .reservations
+        .iter()
+        .flat_map(|r| r.nodes.iter().map(|n| (n.as_str(), r.key.as_str())))
+        .collect();
+    let draining = nodes.iter().any(super::input::relayout_pending);
+    let mut waiting: Vec<&Waiting> = input
+        .waiting
+        .iter()
+        .filter(|w| input.now - w.arrival >= WAITED)
+        .collect();
+    waiting.sort_by_key(|w| (w.arrival, w.key.as_str()));
+
+    let mut changes: BTreeMap<usize, Planned> = BTreeMap::new();
+    let mut count = 0;
+    let mut drained = false;
+    for w in waiting {
+        for (resource, _) in w.gpus() {
+            if count >= MAX_GPUS {
+                break;
+            }
+            // The most one pod of it takes of the kind: that much must be on one node.
+            let pod = w
+                .pods
+                .iter()
+                .map(|p| units(&p.requests, &resource).max(0) + units(&p.claimed, &resource).max(0))
+                .max()
+                .unwrap_or(0);
+            let usable = |n: usize| {
+                reserved
+                    .get(names[n])
+                    .is_none_or(|key| *key == w.key.as_str())
+            };
+            let short = units(&demand, &resource) - units(&free_all, &resource);
+            let fits = (0..free.len()).any(|n| usable(n) && units(&free[n], &resource) >= pod);
+            if fits && short <= 0 {
+                continue;
+            }
+            // A GPU may be spared when nobody waits for what it offers beyond what is free
+            // elsewhere.
+            let spare = |g: &Gpu, free_all: &Units| {
+                !g.taken
+                    && g.used == 0
+                    && g.offers
+                        .iter()
+                        .all(|(r, n)| units(&demand, r) <= units(free_all, r) - n)
+            };
+            // (GPUs to lay out, free of the kind there already less, spare GPUs there, node)
+            let mut best: Option<(usize, i64, usize, usize, i64)> = None;
+            for (n, g) in laid.iter().enumerate() {
+                let Some(g) = g else { continue };
+                if !usable(n) {
+                    continue;
+                }
+                let Some((_, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+                    continue;
+                };
+                let have = units(&free[n], &resource);
+                let wanted = if have >= pod { short } else { pod - have };
+                let needed = usize::try_from((wanted.max(1) + per_gpu - 1) / per_gpu).unwrap_or(0);
+                let spares = gpus
+                    .iter()
+                    .filter(|x| x.node == n && !x.offers.contains_key(&resource))
+                    .filter(|x| spare(x, &free_all))
+                    .count();
+                if spares == 0 || (have < pod && spares < needed) {
+                    continue;
+                }
+                let option = (needed.min(spares), -have, spares, n, per_gpu);
+                if best.as_ref().is_none_or(|b| option < *b) {
+                    best = Some(option);
+                }
+            }
+            if let Some((needed, _, _, n, per_gpu)) = best {
+                let Some(g) = &laid[n] else { continue };
+                let Some((gl, _)) = gpu_layout_for(&resource, g.model) else {
+                    continue;
+                };
+                for _ in 0..needed {
+                    let Some(x) = gpus.iter().position(|x| {
+                        x.node == n && !x.offers.contains_key(&resource) && spare(x, &free_all)
+                    }) else {
+                        break;
+                    };
+                    let x = &mut gpus[x];
+                    for (r, k) in &x.offers {
+                        for m in [&mut free_all, &mut free[n], &mut total[n]] {
+                            *m.entry(r.clone()).or_insert(0) -= k;
+                        }
+                    }
+                    for m in [&mut free_all, &mut free[n], &mut total[n]] {
+                        *m.entry(resource.clone()).or_insert(0) += per_gpu;
+                    }
+                    changes.entry(n).or_default().take(x, &gl, &resource);
+                    count += 1;
+                }
+                continue;
+            }
+            // Drain: only for a pod no node has enough of the kind for at all, once it has
+            // waited past the bound, one drain at a time.
+            let ever = (0..total.len()).any(|n| usable(n) && units(&total[n], &resource) >= pod);
+            if ever || draining || drained || input.now - w.arrival < drain_after {
+                continue;
+            }
+            // (devices in use, when freed, GPUs, node, the GPUs)
+            let mut cheapest: Option<(i64, i128, usize, usize, Vec<usize>)> = None;
+            for (n, g) in laid.iter().enumerate() {
+                let Some(g) = g else { continue };
+                if !usable(n) {
+                    continue;
+                }
+                let Some((_, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+                    continue;
+                };
+                let mut mine: Vec<usize> = (0..gpus.len())
+                    .filter(|&i| {
+                        gpus[i].node == n
+                            && !gpus[i].taken
+                            && !gpus[i].offers.contains_key(&resource)
+                    })
+                    .collect();
+                mine.sort_by_key(|&i| (gpus[i].used, gpus[i].free_by, gpus[i].index));
+                let mut have = units(&total[n], &resource);
+                let mut take = Vec::new();
+                for i in mine {
+                    if have >= pod {
+                        break;
+                    }
+                    have += per_gpu;
+                    take.push(i);
+                }
+                if have < pod {
+                    continue;
+                }
+                let used = take.iter().map(|&i| gpus[i].used).sum();
+                let by = take.iter().map(|&i| gpus[i].free_by).max().unwrap_or(0);
+                let option = (used, by, take.len(), n, take);
+                if cheapest.as_ref().is_none_or(|c| option < *c) {
+                    cheapest = Some(option);
+                }
+            }
+            let Some((_, _, _, n, take)) = cheapest else {
+                continue;
+            };
+            let Some(g) = &laid[n] else { continue };
+            let Some((gl, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+                continue;
+            };
+            drained = true;
+            for i in take {
+                let x = &mut gpus[i];
+                *total[n].entry(resource.clone()).or_insert(0) += per_gpu;
+                changes.entry(n).or_default().take(x, &gl, &resource);
+                count += 1;
+            }
+        }
+    }
+    changes
+        .into_iter()
+        .filter_map(|(n, planned)| {
+            let g = laid[n].as_ref()?;
+            Some(Change {
+                node: names[n].to_string(),
+                layout: layout_text(g, &planned.layouts)?,
+                gpus: planned.gpus,
+                drains: planned.drains,
+            })
+        })
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
-    use fabrik_gpu::queue::Waiting;
+    use fabrik_gpu::placement::model::{GpuDevice, PodRequest};
+    use fabrik_gpu::queue::Admitted;
 
-    /// A host node of 8 H200s, `used` of them busy, and its view.
-    fn node(name: &str, used: i64, pending: bool) -> (Node, NodeView) {
+    const S: i128 = 1_000_000_000;
+    const MIG: &str = "nvidia.com/mig-1g.18gb";
+
+    /// A host node of 8 H200s laid out as `layout` (None: no annotation, whole), the busy
+    /// devices as `(gpu, used)`, and its view as the node agent would publish it.
+    fn node(name: &str, layout: Option<&str>, busy: &[(u32, i64)]) -> (Node, NodeView) {
         let mut node: Node = serde_json::from_value(serde_json::json!({
             "metadata": {"name": name, "labels": {
-                "nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/gpu.memory": "143771"}},
+                fabrik_api::LABEL_GPU_MODEL: "H200-141GB",
+                fabrik_api::LABEL_GPU_COUNT: "8"}},
         }))
         .expect("a node");
-        if pending {
+        if let Some(l) = layout {
             node.metadata.annotations = Some(BTreeMap::from([(
-                fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
-                r#"{"state": "pending", "reason": "waiting for GPU 0"}"#.to_string(),
+                fabrik_api::ANNOTATION_GPU_LAYOUT.to_string(),
+                l.to_string(),
             )]));
+        }
+        let model = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        let per_gpu = layout
+            .map(|l| layout::parse(l).expect("layout"))
+            .unwrap_or(Layout::Whole {})
+            .per_gpu(&(0..8).collect::<Vec<_>>())
+            .expect("per GPU");
+        let mut devices = Vec::new();
+        for (i, l) in per_gpu {
+            let target = layout::gpu_target(&GpuInfo::plain(i, model), &l).expect("target");
+            let mut used = busy.iter().find(|(g, _)| *g == i).map_or(0, |(_, u)| *u);
+            for (resource, n) in target.resources() {
+                let slots = if resource == fabrik_api::RESOURCE_GPU_SHARED {
+                    n
+                } else {
+                    1
+                };
+                for k in 0..(n / slots) {
+                    let u = used.min(slots);
+                    used -= u;
+                    devices.push(GpuDevice {
+                        name: format!("gpu-{i}-{resource}-{k}"),
+                        uuid: format!("GPU-{i}-{k}"),
+                        resource: resource.clone(),
+                        gpu: i64::from(i),
+                        numa: 0,
+                        island: 0,
+                        slots,
+                        used: u,
+                    });
+                }
+            }
         }
         let view = NodeView {
             name: name.into(),
-            schedulable: !pending,
-            devices: (0..8)
-                .map(|i| GpuDevice {
-                    name: format!("gpu-{i}"),
-                    uuid: String::new(),
-                    resource: fabrik_api::RESOURCE_GPU.into(),
-                    gpu: i,
-                    numa: 0,
-                    island: 0,
-                    slots: 1,
-                    used: i64::from(i < used),
-                })
-                .collect(),
+            schedulable: true,
+            devices,
             ..Default::default()
         };
         (node, view)
     }
 
-    #[test]
-    fn a_busy_node_drains_for_a_kind_nobody_offers_once_it_has_waited_past_the_bound() {
-        let s = 1_000_000_000i128;
-        let plan_at = |shapes: &[(&str, i64, bool)], now: i128| {
-            let (nodes, views): (Vec<Node>, Vec<NodeView>) =
-                shapes.iter().map(|(n, u, p)| node(n, *u, *p)).unzip();
-            let input = Input {
-                nodes: views,
-                waiting: vec![Waiting {
-                    tenant: "infer".into(),
-                    key: "fabrik-infer/serve".into(),
-                    pods: vec![PodRequest {
-                        requests: BTreeMap::from([("nvidia.com/mig-1g.18gb".into(), 1)]),
-                        ..Default::default()
-                    }],
-                    needs: 1,
-                    priority: 0,
-                    arrival: 0,
-                    runtime: None,
-                }],
-                now,
-                ..Default::default()
-            };
-            plan(&input, &nodes, &Recent::default(), 60 * s).map(|(n, _)| n)
+    fn waiting(key: &str, resource: &str, per_pod: i64, pods: usize, arrival: i128) -> Waiting {
+        Waiting {
+            tenant: "t".into(),
+            key: key.into(),
+            pods: (0..pods)
+                .map(|_| PodRequest {
+                    requests: BTreeMap::from([(resource.to_string(), per_pod)]),
+                    ..Default::default()
+                })
+                .collect(),
+            needs: pods,
+            priority: 0,
+            arrival,
+            runtime: None,
+        }
+    }
+
+    fn input(
+        shapes: Vec<(Node, NodeView)>,
+        waiting: Vec<Waiting>,
+        now: i128,
+    ) -> (Input, Vec<Node>) {
+        let (nodes, views): (Vec<Node>, Vec<NodeView>) = shapes.into_iter().unzip();
+        let input = Input {
+            nodes: views,
+            waiting,
+            now,
+            ..Default::default()
         };
-        // Every node busy: nothing before the bound, then the one with the fewest GPUs in use.
-        let busy = [("n1", 3, false), ("n2", 1, false)];
-        assert_eq!(plan_at(&busy, 10 * s), None);
-        assert_eq!(plan_at(&busy, 61 * s).as_deref(), Some("n2"));
-        // One node drains at a time.
-        assert_eq!(plan_at(&[("n1", 3, false), ("n2", 1, true)], 61 * s), None);
-        // An idle node is laid out at once.
-        assert_eq!(
-            plan_at(&[("n1", 3, false), ("n3", 0, false)], 10 * s).as_deref(),
-            Some("n3")
-        );
+        (input, nodes)
+    }
+
+    /// The layout `change` writes, resolved: the resources each GPU offers.
+    fn offers(change: &Change) -> BTreeMap<u32, Units> {
+        let model = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        let gpus: Vec<GpuInfo> = (0..8).map(|i| GpuInfo::plain(i, model)).collect();
+        let target =
+            layout::resolve(&layout::parse(&change.layout).expect("parses"), &gpus).expect("valid");
+        target
+            .gpus
+            .into_iter()
+            .map(|(i, t)| (i, t.resources()))
+            .collect()
     }
 
     #[test]
-    fn a_node_is_being_laid_out_while_its_agent_reports_it_pending_or_it_was_just_written() {
-        let mig = "nvidia.com/mig-1g.18gb";
-        let (mut n1, _) = node("n1", 2, true);
-        let layout =
-            layout_for(mig, n1.metadata.labels.as_ref().expect("labels")).expect("a layout");
-        n1.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(fabrik_api::ANNOTATION_GPU_LAYOUT.into(), layout.clone());
-        let recent = Recent::default();
+    fn an_idle_gpu_is_cut_for_a_mig_profile_nobody_offers_and_the_rest_stay() {
+        // Two whole GPUs busy; four 1g.18gb pods wait.
+        let shapes = vec![node("n1", None, &[(0, 1), (1, 1)]), node("n2", None, &[])];
+        let w: Vec<Waiting> = (0..4)
+            .map(|i| waiting(&format!("ns/p{i}"), MIG, 1, 1, 0))
+            .collect();
+        let (inp, nodes) = input(shapes, w, 10 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let c = &changes[0];
+        // One GPU makes seven instances: enough. On the node already in use (the idle one is
+        // kept whole for large jobs), not a busy GPU, nothing drains.
+        assert_eq!(c.node, "n1");
+        assert_eq!(c.gpus.len(), 1);
+        assert!(!c.drains);
+        let o = offers(c);
+        let cut: Vec<u32> = o
+            .iter()
+            .filter(|(_, u)| u.contains_key(MIG))
+            .map(|(i, _)| *i)
+            .collect();
+        assert_eq!(cut.len(), 1);
+        assert!(cut[0] >= 2, "a busy GPU was chosen: {cut:?}");
+        assert_eq!(o[&cut[0]][MIG], 7);
         assert_eq!(
-            laying_out(std::slice::from_ref(&n1), mig, &recent),
-            Some("n1")
+            o.values()
+                .filter(|u| u.get(fabrik_api::RESOURCE_GPU) == Some(&1))
+                .count(),
+            7
         );
-        assert_eq!(
-            laying_out(std::slice::from_ref(&n1), fabrik_api::RESOURCE_GPU, &recent),
-            None,
-            "not for another kind"
+        // Not before the demand has waited a moment.
+        let (inp, nodes) = input(
+            vec![node("n1", None, &[])],
+            vec![waiting("ns/p", MIG, 1, 1, 0)],
+            S,
         );
-        // Written here, not answered yet; applied (not pending, not recent): no longer.
-        let (mut n2, _) = node("n2", 0, false);
-        n2.metadata.annotations = Some(BTreeMap::from([(
-            fabrik_api::ANNOTATION_GPU_LAYOUT.to_string(),
-            layout,
-        )]));
-        assert_eq!(laying_out(std::slice::from_ref(&n2), mig, &recent), None);
-        let mut recent = Recent::default();
-        recent.note("n2");
-        assert_eq!(
-            laying_out(std::slice::from_ref(&n2), mig, &recent),
-            Some("n2")
-        );
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
     }
 
     #[test]
-    fn layouts_name_what_the_node_agent_lays_out() {
-        let h200 = BTreeMap::from([
-            (
-                "nvidia.com/gpu.product".to_string(),
-                "NVIDIA-H200".to_string(),
-            ),
-            ("nvidia.com/gpu.memory".to_string(), "143771".to_string()),
+    fn gpus_others_wait_for_are_not_taken_and_held_ones_are_left_alone() {
+        // n1: two MIG GPUs (idle), six whole ones, all busy. Whole-GPU work waits (3 GPUs) and
+        // so does MIG work (8 instances): the MIG GPUs are not made whole.
+        let mig = r#"{"mode": "mixed", "perGpu": {"6": {"mode": "mig", "geometry": "all-1g.18gb"}, "7": {"mode": "mig", "geometry": "all-1g.18gb"}}}"#;
+        let busy: Vec<(u32, i64)> = (0..6).map(|g| (g, 1)).collect();
+        let mk = |waits: Vec<Waiting>| input(vec![node("n1", Some(mig), &busy)], waits, 10 * S);
+        let (inp, nodes) = mk(vec![
+            waiting("ns/train", fabrik_api::RESOURCE_GPU, 3, 1, 0),
+            waiting("ns/infer", MIG, 1, 8, 0),
         ]);
-        let text = layout_for("nvidia.com/mig-1g.18gb", &h200).expect("a MIG layout");
-        let parsed = fabrik_gpu::layout::parse(&text).expect("parses");
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        // Nobody waits for MIG: a 2-GPU pod gets both MIG GPUs made whole.
+        let (inp, nodes) = mk(vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 2, 1, 0)]);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        let o = offers(&changes[0]);
         assert_eq!(
-            serde_json::to_value(&parsed).expect("json")["mode"],
-            "mig",
-            "{text}"
+            o[&6],
+            Units::from([(fabrik_api::RESOURCE_GPU.to_string(), 1)])
         );
-        // A profile of another model is not laid out here.
-        assert_eq!(layout_for("nvidia.com/mig-1g.10gb", &h200), None);
-        assert!(layout_for("nvidia.com/gpu", &h200).is_some());
-        assert!(fabrik_gpu::layout::parse(
-            &layout_for("nvidia.com/gpu.shared", &h200).expect("ts")
-        )
-        .is_ok());
-        assert_eq!(layout_for("fabrik.dev/shared-gpu-1mib-1pct", &h200), None);
+        assert_eq!(
+            o[&7],
+            Units::from([(fabrik_api::RESOURCE_GPU.to_string(), 1)])
+        );
+        // A GPU re-laid out lately is not touched again.
+        let mut recent = Recent::default();
+        recent.note("n1", [6, 7]);
+        recent.written = None;
+        assert!(plan(&inp, &nodes, &recent, 60 * S).is_empty());
+        // Nor is anything planned while a write settles.
+        let mut recent = Recent::default();
+        recent.note("n9", [0]);
+        assert!(plan(&inp, &nodes, &recent, 60 * S).is_empty());
+    }
+
+    #[test]
+    fn busy_gpus_drain_only_past_the_bound_for_a_pod_no_node_can_hold() {
+        // Every GPU of n1 busy, all whole; a MIG pod waits.
+        let busy: Vec<(u32, i64)> = (0..8).map(|g| (g, 1)).collect();
+        let mut shapes = vec![node("n1", None, &busy)];
+        let w = vec![waiting("ns/infer", MIG, 1, 1, 0)];
+        let (inp, nodes) = input(shapes.clone(), w.clone(), 10 * S);
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        // Past the bound: one GPU — the one whose run ends first — drains for it.
+        let (mut inp, nodes) = input(shapes.clone(), w.clone(), 61 * S);
+        inp.admitted = (0..8u32)
+            .map(|g| Admitted {
+                tenant: "busy".into(),
+                key: format!("ns/run-{g}"),
+                pods: vec![fabrik_gpu::queue::HeldPod {
+                    request: PodRequest::default(),
+                    node: "n1".into(),
+                    devices: vec![format!("gpu-{g}-nvidia.com/gpu-0")],
+                }],
+                priority: 0,
+                admitted_at: 0,
+                arrival: 0,
+                leaving: false,
+                backfill: false,
+                ends_by: Some(if g == 5 { 70 * S } else { 200 * S }),
+                protected: false,
+            })
+            .collect();
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(changes[0].drains);
+        assert_eq!(changes[0].gpus.keys().copied().collect::<Vec<_>>(), vec![5]);
+        // Whole-GPU work never drains a node: it waits its turn, the GPUs are there.
+        let (inp, nodes) = input(
+            shapes.clone(),
+            vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 1, 1, 0)],
+            600 * S,
+        );
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        // One drain at a time.
+        let mut pending = shapes.remove(0);
+        pending.0.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
+            r#"{"state": "pending", "reason": "waiting for GPU 0", "waitingGpus": [0]}"#.into(),
+        )]));
+        let (inp, nodes) = input(vec![pending], w, 61 * S);
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+    }
+
+    #[test]
+    fn an_eight_gpu_pod_gets_a_whole_node_back_from_mig() {
+        // n1 all MIG and idle; an 8-GPU pod waits: all eight GPUs are made whole.
+        let mig = "mode: mig\ngeometry: all-1g.18gb\n";
+        let (inp, nodes) = input(
+            vec![node("n1", Some(mig), &[])],
+            vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 8, 1, 0)],
+            10 * S,
+        );
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1);
+        assert_eq!(changes[0].gpus.len(), 8);
+        assert!(offers(&changes[0])
+            .values()
+            .all(|u| units(u, fabrik_api::RESOURCE_GPU) == 1));
+        assert!(
+            changes[0].layout.contains("mode: whole"),
+            "{}",
+            changes[0].layout
+        );
+    }
+
+    #[test]
+    fn the_gpus_being_changed_are_those_whose_devices_differ_from_the_layout() {
+        let mixed =
+            r#"{"mode": "mixed", "perGpu": {"2": {"mode": "mig", "geometry": "all-1g.18gb"}}}"#;
+        // Devices as before the change (all whole): GPU 2 is being changed.
+        let (mut n, view) = node("n1", None, &[]);
+        n.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::ANNOTATION_GPU_LAYOUT.to_string(),
+            mixed.to_string(),
+        )]));
+        let g = node_gpus(&n, &view).expect("laid out GPU by GPU");
+        assert_eq!(g.changing, BTreeSet::from([2]));
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n), std::slice::from_ref(&view), MIG),
+            Some(("n1", vec![2]))
+        );
+        // Applied: nothing changes.
+        let (n, view) = node("n1", Some(mixed), &[]);
+        assert!(node_gpus(&n, &view).expect("ok").changing.is_empty());
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n), std::slice::from_ref(&view), MIG),
+            None
+        );
+        // Devices counted from allocatable (no slices) are not seen one by one.
+        let (n, mut view) = node("n1", None, &[]);
+        view.devices.iter_mut().for_each(|d| d.uuid.clear());
+        assert!(node_gpus(&n, &view).is_none());
+    }
+
+    #[test]
+    fn each_kind_has_a_gpu_layout_on_the_models_that_offer_it() {
+        let h200 = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        assert_eq!(gpu_layout_for(MIG, h200).map(|(_, n)| n), Some(7));
+        assert_eq!(
+            gpu_layout_for(fabrik_api::RESOURCE_GPU, h200).map(|(_, n)| n),
+            Some(1)
+        );
+        assert_eq!(
+            gpu_layout_for(fabrik_api::RESOURCE_GPU_SHARED, h200).map(|(_, n)| n),
+            Some(4)
+        );
+        assert_eq!(
+            gpu_layout_for("fabrik.dev/shared-gpu-20480mib-25pct", h200).map(|(_, n)| n),
+            Some(4)
+        );
+        // A profile of another model, a malformed slice: none.
+        assert_eq!(gpu_layout_for("nvidia.com/mig-1g.10gb", h200), None);
+        assert_eq!(
+            gpu_layout_for("fabrik.dev/shared-gpu-0mib-25pct", h200),
+            None
+        );
+        assert_eq!(
+            gpu_layout_for("fabrik.dev/shared-gpu-1mib-0pct", h200),
+            None
+        );
+        assert_eq!(gpu_layout_for("example.com/fpga", h200), None);
     }
 }

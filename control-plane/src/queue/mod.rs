@@ -605,29 +605,36 @@ async fn pass(
     let mut decision = decide::decide(&input, &policy);
     state.reservations = decision.reservations.clone();
     decision.waiting.extend(unreadable);
-    tell_layouts(&input, &nodes, &state.repartitioned, &mut decision);
+    tell_layouts(&input, &nodes, &mut decision);
     release_all(host, &pods, &release, state).await;
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
-    // A kind of GPU asked for that no node offers: an idle node is laid out for it (or, past
-    // the starvation bound, a busy one, which drains).
-    if let Some((node, layout)) = layouts::plan(
+    // Kinds of GPU too little of is free: idle GPUs nobody waits for are laid out for them
+    // (or, past the starvation bound, busy ones drain for a pod no node could hold).
+    for change in layouts::plan(
         &input,
         &nodes,
         &state.repartitioned,
         policy.starvation_after,
     ) {
+        let node = &change.node;
         let what = format!("layout {node}");
-        let patch =
-            json!({"metadata": {"annotations": {fabrik_api::ANNOTATION_GPU_LAYOUT: layout}}});
+        let patch = json!({"metadata": {"annotations": {
+            fabrik_api::ANNOTATION_GPU_LAYOUT: change.layout}}});
         match Api::<Node>::all(host.clone())
-            .patch(&node, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
             Ok(_) => {
                 state.ok(&what);
-                state.repartitioned.note(&node);
-                tracing::info!(%node, layout = %layout.replace('\n', "; "), "GPU queue: node laid out for waiting demand");
+                state.repartitioned.note(node, change.gpus.keys().copied());
+                let gpus: Vec<String> = change
+                    .gpus
+                    .iter()
+                    .map(|(g, r)| format!("GPU {g} for {r}"))
+                    .collect();
+                tracing::info!(%node, gpus = %gpus.join(", "), drains = change.drains,
+                    "GPU queue: GPUs laid out for waiting demand");
             }
             Err(e) => state.failed(what, &e),
         }
@@ -659,26 +666,31 @@ async fn release_all(host: &Client, pods: &[Pod], release: &[String], state: &mu
     }
 }
 
-/// Tells the waiting pods that want a kind of GPU no node offers yet which node is being laid
-/// out for it.
-fn tell_layouts(
-    input: &decide::Input,
-    nodes: &[Node],
-    recent: &layouts::Recent,
-    decision: &mut Decision,
-) {
-    // Per kind nobody offers, looked up once (many pods may wait for one kind).
-    let mut laid: BTreeMap<String, Option<&str>> = BTreeMap::new();
+/// Tells the waiting pods that want a kind of GPU being laid out which GPUs of which node are
+/// being laid out for it.
+fn tell_layouts(input: &decide::Input, nodes: &[Node], decision: &mut Decision) {
+    // Per kind, looked up once (many pods may wait for one kind).
+    let mut laid: BTreeMap<String, Option<String>> = BTreeMap::new();
     for w in &input.waiting {
         let coming: Vec<String> = w
             .gpus()
             .into_keys()
-            .filter(|r| input.capacity.get(r).copied().unwrap_or(0) == 0)
             .filter_map(|r| {
-                let node = *laid
-                    .entry(r.clone())
-                    .or_insert_with(|| layouts::laying_out(nodes, &r, recent));
-                Some(format!("node {} is being laid out for {r}", node?))
+                laid.entry(r.clone())
+                    .or_insert_with(|| {
+                        let (node, gpus) = layouts::laying_out(nodes, &input.nodes, &r)?;
+                        let gpus: Vec<String> = gpus.iter().map(u32::to_string).collect();
+                        let (s, verb) = if gpus.len() == 1 {
+                            ("", "is")
+                        } else {
+                            ("s", "are")
+                        };
+                        Some(format!(
+                            "GPU{s} {} of node {node} {verb} being laid out for {r}",
+                            gpus.join(", ")
+                        ))
+                    })
+                    .clone()
             })
             .collect();
         if coming.is_empty() {
@@ -686,7 +698,7 @@ fn tell_layouts(
         }
         // First, so that it is told at once (not held back as a change of figures).
         let note = format!(
-            "{} (its runs end first, no new work goes there)",
+            "{} (runs on them end first, no new work goes there)",
             coming.join(", ")
         );
         for p in &w.pods {
