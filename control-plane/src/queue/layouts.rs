@@ -367,6 +367,7 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
     let mut changes: BTreeMap<usize, Planned> = BTreeMap::new();
     let mut count = 0;
     let mut drained = false;
+    let mut hopeless: BTreeSet<(String, i64)> = BTreeSet::new();
     for w in waiting {
         for (resource, _) in w.gpus() {
             if count >= MAX_GPUS {
@@ -384,6 +385,13 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                     .get(names[n])
                     .is_none_or(|key| *key == w.key.as_str())
             };
+            // Work of one kind and pod size that found no room finds none later in this
+            // decision either, until GPUs are laid out (the waiting are many under backlog).
+            let reserves = input.reservations.iter().any(|r| r.key == w.key);
+            let memo = (resource.clone(), pod);
+            if !reserves && hopeless.contains(&memo) {
+                continue;
+            }
             let short = units(&demand, &resource) - units(&free_all, &resource);
             let fits = (0..free.len()).any(|n| usable(n) && units(&free[n], &resource) >= pod);
             if fits && short <= 0 {
@@ -447,7 +455,11 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                     changes.entry(n).or_default().take(x, &gl, &resource);
                     count += 1;
                 }
+                hopeless.clear();
                 continue;
+            }
+            if !reserves {
+                hopeless.insert(memo);
             }
             // Drain: only for a pod no node has enough of the kind for at all, once it has
             // waited past the bound, one drain at a time.
