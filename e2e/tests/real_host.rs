@@ -748,6 +748,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4i layouts follow demand: a tenant on MIG instances gets an idle node laid out for it; the busy node stays whole",
+        || layouts_follow_demand(&k, &admin, &tkc, w),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -1364,6 +1369,107 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
     kc_ok(k, tkc, &["delete", "pod", "train-2", "--wait=false"])?;
     kc_ok(k, admin, &["delete", "tenant", "team-b", "--wait=false"])?;
     Ok(())
+}
+
+/// A tenant whose GPUs are 1g.18gb MIG instances.
+const MIG_TENANT_YAML: &str = r#"apiVersion: fabrik.dev/v1alpha1
+kind: Tenant
+metadata: {name: team-c}
+spec:
+  quota: {gpus: 2, gpuSharing: "mig:1g.18gb", pods: 5}
+"#;
+
+/// Step 4i: on a host without `resource.k8s.io/v1` no ResourceSlice names the GPUs one by one,
+/// so the queue lays a node out as one. Every GPU is whole; team-a's `train` runs on one node
+/// and team-b's pods are leaving; team-c, on MIG instances, asks for one: the queue lays the
+/// idle node out for MIG (its annotation, through the real API), the node agent applies it,
+/// kube-scheduler binds the pod to an instance. Then the node is set back to whole GPUs for the
+/// steps after.
+fn layouts_follow_demand(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result<()> {
+    const MIG: &str = "nvidia.com/mig-1g.18gb";
+    let work = w.work.clone();
+    let file = work.join("team-c.yaml");
+    std::fs::write(&file, MIG_TENANT_YAML)?;
+    kc_ok(k, admin, &["apply", "-f", &file.display().to_string()])?;
+    poll("Tenant team-c Ready", 120, || {
+        w.check_running()?;
+        let t = get_json(k, admin, &["get", "tenant", "team-c"])?;
+        Ok((t["status"]["phase"] == "Ready", t["status"].to_string()))
+    })?;
+    let ckc = work.join("team-c.kubeconfig");
+    tenant_kubeconfig(k, admin, "fabrik-team-c", &ckc)?;
+    poll("team-c's API answering", 60, || {
+        seen(k, &ckc, &["get", "namespaces"])
+    })?;
+    // team-b's pods (step 4h) gone: one node idle, team-a's `train` on the other.
+    poll("team-b's host pods gone", 120, || {
+        let pods = get_json(k, admin, &["get", "pods", "-n", "fabrik-team-b"])?;
+        Ok((items(&pods).is_empty(), pod_lines(&pods)))
+    })?;
+    let train = get_json(k, tkc, &["get", "pod", "train"])?;
+    let busy = train["spec"]["nodeName"]
+        .as_str()
+        .context("team-a's train pod has a node")?
+        .to_string();
+    let infer = work.join("infer.yaml");
+    std::fs::write(&infer, gpu_deployment("infer", 1))?;
+    kc_ok(k, &ckc, &["apply", "-f", &infer.display().to_string()])?;
+    poll("team-c's pod Running on a MIG instance", 120, || {
+        w.check_running()?;
+        let pods = get_json(k, &ckc, &["get", "pods", "-l", "app=infer"])?;
+        let running = items(&pods)
+            .iter()
+            .any(|p| p["status"]["phase"] == "Running");
+        Ok((running, pod_lines(&pods)))
+    })?;
+    let nodes = get_json(
+        k,
+        admin,
+        &["get", "nodes", "-l", "fabrik.dev/simulated=true"],
+    )?;
+    let offers = |n: &Value, r: &str| {
+        n["status"]["allocatable"][r]
+            .as_str()
+            .and_then(|v| v.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let mut laid = None;
+    for n in items(&nodes) {
+        let name = n["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let (whole, mig) = (offers(&n, "nvidia.com/gpu"), offers(&n, MIG));
+        if name == busy {
+            if (whole, mig) != (8, 0) {
+                bail!("the busy node {name} was laid out: {whole} GPUs, {mig} instances");
+            }
+        } else if (whole, mig) == (0, 56) {
+            laid = Some(name);
+        } else {
+            bail!("node {name} offers {whole} GPUs and {mig} instances, not 56 instances");
+        }
+    }
+    let laid = laid.context("no node laid out for MIG")?;
+    kc_ok(k, admin, &["delete", "tenant", "team-c", "--wait=false"])?;
+    poll("team-c's host pods gone", 120, || {
+        let pods = get_json(k, admin, &["get", "pods", "-n", "fabrik-team-c"])?;
+        Ok((items(&pods).is_empty(), pod_lines(&pods)))
+    })?;
+    kc_ok(
+        k,
+        admin,
+        &[
+            "annotate",
+            "node",
+            &laid,
+            "--overwrite",
+            "fabrik.dev/gpu-layout=mode: whole",
+        ],
+    )?;
+    poll("both nodes back to eight whole GPUs", 60, || {
+        nodes_ready(k, admin, 2)
+    })
 }
 
 /// Step 4g. No Gateway controller runs on this host: the test writes the host route's status

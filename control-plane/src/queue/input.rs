@@ -357,7 +357,7 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
         match super::layouts::node_gpus(node, view) {
             // GPUs being laid out anew take no new work (their node agent stops offering one
             // that waits for its pods; this covers the moment before it answers).
-            Some(gpus) => {
+            Some(gpus) if gpus.seen => {
                 for d in &mut view.devices {
                     if u32::try_from(d.gpu).is_ok_and(|g| gpus.changing.contains(&g)) {
                         d.used = d.slots;
@@ -365,8 +365,8 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
                 }
             }
             // A node not seen GPU by GPU takes nothing new while its layout changes.
-            None if relayout_pending(node) => view.schedulable = false,
-            None => {}
+            _ if relayout_pending(node) => view.schedulable = false,
+            _ => {}
         }
     }
     let claim_index = claims::claim_index(all_claims);

@@ -15,8 +15,11 @@
 //!
 //! A GPU re-laid out here is left alone for [`HOLD`], so that two demands cannot toss it
 //! between them; after a write the queue waits for the node to show it before planning more.
-//! Nodes whose GPUs the queue cannot see one by one (no node agent's ResourceSlices, a MIG
-//! layout of NVIDIA's single strategy, an unknown model) are not laid out here.
+//! A node whose GPUs the queue cannot see one by one (a host without DRA, where no
+//! ResourceSlice names them) is laid out as one: all its GPUs alike, when none is in use (or,
+//! draining, as above), and takes no new work while its agent reports the layout `pending`.
+//! Nodes of an unknown model or with a MIG layout of NVIDIA's single strategy are not laid out
+//! here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -50,6 +53,10 @@ fn units(m: &Units, r: &str) -> i64 {
 
 /// A node's GPUs as the queue can lay them out.
 pub struct NodeGpus {
+    /// Whether its GPUs are seen one by one (the node agent's ResourceSlice names them);
+    /// otherwise what they offer is taken from the layout, all of them changing while the
+    /// agent reports it `pending`.
+    pub seen: bool,
     model: &'static GpuModel,
     /// Per GPU index: its layout as the node's annotation wants it.
     desired: BTreeMap<u32, GpuLayout>,
@@ -61,17 +68,27 @@ pub struct NodeGpus {
     pub changing: BTreeSet<u32>,
 }
 
-/// `node`'s GPUs, one by one, if the queue can lay them out: the node agent publishes them
-/// (in the view, from its ResourceSlice), the model is known, and its layout is valid and not
-/// of NVIDIA's single MIG strategy.
+impl NodeGpus {
+    /// How many of `resource` one unit the plan lays out makes: one GPU where they are seen
+    /// one by one, else all of them.
+    fn per_unit(&self, resource: &str) -> Option<i64> {
+        let (_, per_gpu) = gpu_layout_for(resource, self.model)?;
+        let gpus = if self.seen { 1 } else { self.desired.len() };
+        Some(per_gpu * i64::try_from(gpus).ok()?)
+    }
+}
+
+/// `node`'s GPUs, if the queue can lay them out: the model is known (the node agent's labels),
+/// and its layout is valid and not of NVIDIA's single MIG strategy.
 pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
     let labels = node.metadata.labels.as_ref()?;
     let model = fabrik_gpu::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
     let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
-    // Devices counted from `allocatable` (no slice) carry no UUID and no real GPU index.
-    if count == 0 || view.devices.iter().any(|d| d.uuid.is_empty()) {
+    if count == 0 {
         return None;
     }
+    // Devices counted from `allocatable` (no slice) carry no UUID and no real GPU index.
+    let seen = view.devices.iter().all(|d| !d.uuid.is_empty());
     let text = node
         .metadata
         .annotations
@@ -89,7 +106,10 @@ pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
         offers.insert(i, target.resources());
     }
     let mut have: BTreeMap<u32, Units> = BTreeMap::new();
-    for d in &view.devices {
+    if !seen && !super::input::relayout_pending(node) {
+        have = offers.clone();
+    }
+    for d in view.devices.iter().filter(|_| seen) {
         let Ok(i) = u32::try_from(d.gpu) else {
             continue;
         };
@@ -105,6 +125,7 @@ pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
         .filter(|i| have.get(i) != offers.get(i))
         .collect();
     Some(NodeGpus {
+        seen,
         model,
         desired,
         offers,
@@ -238,10 +259,12 @@ pub fn laying_out<'n>(
     })
 }
 
-/// One GPU the plan may re-lay out.
+/// What the plan may re-lay out: one GPU, or all of a node's where they are not seen one by
+/// one.
 struct Gpu {
     node: usize,
-    index: u32,
+    /// Its GPU indexes.
+    indexes: Vec<u32>,
     /// What it offers now.
     offers: Units,
     /// Devices of it in use.
@@ -264,8 +287,10 @@ impl Planned {
     /// Lays `gpu` out as `layout`, for `resource`.
     fn take(&mut self, gpu: &mut Gpu, layout: &GpuLayout, resource: &str) {
         gpu.taken = true;
-        self.layouts.insert(gpu.index, layout.clone());
-        self.gpus.insert(gpu.index, resource.to_string());
+        for &i in &gpu.indexes {
+            self.layouts.insert(i, layout.clone());
+            self.gpus.insert(i, resource.to_string());
+        }
         self.drains |= gpu.used > 0;
     }
 }
@@ -307,12 +332,15 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
             *demand.entry(r).or_insert(0) += n;
         }
     }
-    // When each GPU's runs end at the latest.
+    // When each device's, and each node's, runs end at the latest.
     let mut ends: BTreeMap<(&str, &str), i128> = BTreeMap::new();
+    let mut node_ends: BTreeMap<&str, i128> = BTreeMap::new();
     for a in &input.admitted {
+        let by = a.ends_by.unwrap_or(i128::MAX);
         for p in &a.pods {
+            let e = node_ends.entry(p.node.as_str()).or_insert(0);
+            *e = (*e).max(by);
             for d in &p.devices {
-                let by = a.ends_by.unwrap_or(i128::MAX);
                 let e = ends.entry((p.node.as_str(), d.as_str())).or_insert(0);
                 *e = (*e).max(by);
             }
@@ -321,31 +349,55 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
     let mut gpus: Vec<Gpu> = Vec::new();
     for (n, g) in laid.iter().enumerate() {
         let Some(g) = g else { continue };
+        let (mut used, mut free_by) = (BTreeMap::<u32, i64>::new(), BTreeMap::<u32, i128>::new());
+        for d in &input.nodes[n].devices {
+            let Ok(i) = u32::try_from(d.gpu) else {
+                continue;
+            };
+            *used.entry(i).or_insert(0) += d.used;
+            if d.used > 0 {
+                let end = ends
+                    .get(&(names[n], d.name.as_str()))
+                    .copied()
+                    .unwrap_or(i128::MAX);
+                let by = free_by.entry(i).or_insert(0);
+                *by = (*by).max(end);
+            }
+        }
+        if !g.seen {
+            // All of its GPUs as one, when none is being changed or held.
+            if !g.changing.is_empty() || g.desired.keys().any(|&i| recent.held(names[n], i)) {
+                continue;
+            }
+            let mut offers = Units::new();
+            for (r, k) in g.have.values().flatten() {
+                *offers.entry(r.clone()).or_insert(0) += k;
+            }
+            let busy = used.values().sum::<i64>();
+            gpus.push(Gpu {
+                node: n,
+                indexes: g.desired.keys().copied().collect(),
+                offers,
+                used: busy,
+                free_by: if busy > 0 {
+                    node_ends.get(names[n]).copied().unwrap_or(i128::MAX)
+                } else {
+                    0
+                },
+                taken: false,
+            });
+            continue;
+        }
         for (&index, offers) in &g.have {
             if g.changing.contains(&index) || recent.held(names[n], index) {
                 continue;
             }
-            let devices = input.nodes[n]
-                .devices
-                .iter()
-                .filter(|d| d.gpu == i64::from(index));
-            let (mut used, mut free_by) = (0, 0);
-            for d in devices {
-                used += d.used;
-                if d.used > 0 {
-                    let end = ends
-                        .get(&(names[n], d.name.as_str()))
-                        .copied()
-                        .unwrap_or(i128::MAX);
-                    free_by = free_by.max(end);
-                }
-            }
             gpus.push(Gpu {
                 node: n,
-                index,
+                indexes: vec![index],
                 offers: offers.clone(),
-                used,
-                free_by,
+                used: used.get(&index).copied().unwrap_or(0),
+                free_by: free_by.get(&index).copied().unwrap_or(0),
                 taken: false,
             });
         }
@@ -413,7 +465,7 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                 if !usable(n) {
                     continue;
                 }
-                let Some((_, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+                let Some(per_gpu) = g.per_unit(&resource) else {
                     continue;
                 };
                 let have = units(&free[n], &resource);
@@ -474,7 +526,7 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                 if !usable(n) {
                     continue;
                 }
-                let Some((_, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+                let Some(per_gpu) = g.per_unit(&resource) else {
                     continue;
                 };
                 let mut mine: Vec<usize> = (0..gpus.len())
@@ -484,7 +536,7 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                             && !gpus[i].offers.contains_key(&resource)
                     })
                     .collect();
-                mine.sort_by_key(|&i| (gpus[i].used, gpus[i].free_by, gpus[i].index));
+                mine.sort_by_key(|&i| (gpus[i].used, gpus[i].free_by, gpus[i].indexes.clone()));
                 let mut have = units(&total[n], &resource);
                 let mut take = Vec::new();
                 for i in mine {
@@ -508,7 +560,9 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                 continue;
             };
             let Some(g) = &laid[n] else { continue };
-            let Some((gl, per_gpu)) = gpu_layout_for(&resource, g.model) else {
+            let Some(((gl, _), per_gpu)) =
+                gpu_layout_for(&resource, g.model).zip(g.per_unit(&resource))
+            else {
                 continue;
             };
             drained = true;
@@ -814,10 +868,60 @@ mod tests {
             laying_out(std::slice::from_ref(&n), std::slice::from_ref(&view), MIG),
             None
         );
-        // Devices counted from allocatable (no slices) are not seen one by one.
-        let (n, mut view) = node("n1", None, &[]);
+        // Devices counted from allocatable (no slices) are not seen one by one: what the
+        // layout says is taken as offered, all changing while the agent reports it pending.
+        let (mut n, mut view) = node("n1", Some(mixed), &[]);
         view.devices.iter_mut().for_each(|d| d.uuid.clear());
-        assert!(node_gpus(&n, &view).is_none());
+        let g = node_gpus(&n, &view).expect("laid out as one");
+        assert!(!g.seen);
+        assert!(g.changing.is_empty());
+        n.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(
+                fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
+                r#"{"state": "pending", "reason": "waiting for GPU 2"}"#.into(),
+            );
+        assert_eq!(node_gpus(&n, &view).expect("ok").changing.len(), 8);
+        assert_eq!(
+            laying_out(std::slice::from_ref(&n), std::slice::from_ref(&view), MIG),
+            Some(("n1", vec![2]))
+        );
+    }
+
+    #[test]
+    fn a_node_not_seen_gpu_by_gpu_is_laid_out_as_one() {
+        let unseen = |busy: &[(u32, i64)]| {
+            let (n, mut view) = node("n1", None, busy);
+            view.devices.iter_mut().for_each(|d| d.uuid.clear());
+            (n, view)
+        };
+        // Idle: all eight GPUs cut for the MIG demand.
+        let (inp, nodes) = input(
+            vec![unseen(&[])],
+            vec![waiting("ns/p", MIG, 1, 1, 0)],
+            10 * S,
+        );
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert_eq!(changes[0].gpus.len(), 8);
+        assert!(offers(&changes[0]).values().all(|u| units(u, MIG) == 7));
+        // One GPU in use: nothing until the bound, then the whole node drains.
+        let (inp, nodes) = input(
+            vec![unseen(&[(3, 1)])],
+            vec![waiting("ns/p", MIG, 1, 1, 0)],
+            10 * S,
+        );
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        let (inp, nodes) = input(
+            vec![unseen(&[(3, 1)])],
+            vec![waiting("ns/p", MIG, 1, 1, 0)],
+            61 * S,
+        );
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(changes[0].drains);
+        assert_eq!(changes[0].gpus.len(), 8);
     }
 
     #[test]
