@@ -658,6 +658,15 @@ fn a_busy_gpu_drains_for_a_gpu_kind_nobody_offers() {
                 if waiting["waitingGpus"].as_array().map(Vec::len) != Some(1) {
                     bail!("more than one GPU drains: {status}");
                 }
+                // The GPU chosen is the short run's (its declared end is the earliest).
+                let on_it = waiting["waitingFor"]
+                    .as_object()
+                    .and_then(|m| m.values().next())
+                    .map(Value::to_string)
+                    .unwrap_or_default();
+                if !on_it.contains("short") {
+                    bail!("the GPU draining is not the short run's: {status}");
+                }
                 // (The node's status may trail its annotations by a moment.)
                 let offered = allocatable(&k, &host)?;
                 seen_pending |= offered.values().next().map(|(whole, _)| *whole) == Some(7);

@@ -260,13 +260,14 @@ impl Agent {
             .unhealthy
             .keys()
             .copied()
-            .chain(outcome.waiting.iter().copied())
+            .chain(outcome.waiting.keys().copied())
             .collect();
         let inv = inventory::compute(&gpus, &self.state.applied, &withheld, &self.layout_mode());
         let status_doc = json!({
             "state": outcome.phase.as_str(),
             "reason": outcome.reason,
-            "waitingGpus": outcome.waiting,
+            "waitingGpus": outcome.waiting.keys().collect::<Vec<_>>(),
+            "waitingFor": outcome.waiting,
         })
         .to_string();
         let mut annotations = BTreeMap::from([(

@@ -13,7 +13,7 @@
 //!   retried on later passes up to [`MAX_ATTEMPTS`] times for the same desired layout.
 //! * Idempotent: with nothing to do, nothing is called but the inventory.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use fabrik_gpu::layout::{self, GpuTarget, PlannedMig};
 use fabrik_gpu::profiles::Placement;
@@ -123,9 +123,10 @@ pub struct Outcome {
     pub changed: bool,
     /// The steps carried out, as messages (for Events).
     pub done: Vec<String>,
-    /// The GPUs whose change waits for the pods using them to end: their devices are not
-    /// offered meanwhile, so that no new pod lands there and the change can apply.
-    pub waiting: BTreeSet<u32>,
+    /// The GPUs whose change waits for the pods using them to end, and those pods
+    /// (`namespace/name`): their devices are not offered meanwhile, so that no new pod lands
+    /// there and the change can apply.
+    pub waiting: Busy,
 }
 
 /// Pods using each GPU index.
@@ -149,7 +150,7 @@ pub fn reconcile(
         st.phase = Phase::Pending;
         st.reason = "new layout".into();
     }
-    let finish = |st: &mut AgentState, done: Vec<String>, waiting: BTreeSet<u32>| Outcome {
+    let finish = |st: &mut AgentState, done: Vec<String>, waiting: Busy| Outcome {
         phase: st.phase,
         reason: st.reason.clone(),
         changed: (st.phase, st.reason.clone()) != before,
@@ -163,16 +164,16 @@ pub fn reconcile(
             st.phase = Phase::Failed;
             st.reason = e.to_string();
             save(st)?;
-            return Ok(finish(st, Vec::new(), BTreeSet::new()));
+            return Ok(finish(st, Vec::new(), Busy::new()));
         }
     };
     if st.phase == Phase::Failed && st.attempts >= MAX_ATTEMPTS {
-        return Ok(finish(st, Vec::new(), BTreeSet::new()));
+        return Ok(finish(st, Vec::new(), Busy::new()));
     }
     st.target = Some(target.clone());
     let mut done = Vec::new();
     let mut waiting = Vec::new();
-    let mut waiting_gpus = BTreeSet::new();
+    let mut waiting_gpus = Busy::new();
     let mut failure = None;
     for gpu in &gpus {
         let Some(want) = target.gpus.get(&gpu.index) else {
@@ -184,7 +185,7 @@ pub fn reconcile(
         }
         if let Some(pods) = busy.get(&gpu.index).filter(|p| !p.is_empty()) {
             waiting.push(format!("GPU {} (in use by {})", gpu.index, pods.join(", ")));
-            waiting_gpus.insert(gpu.index);
+            waiting_gpus.insert(gpu.index, pods.clone());
             continue;
         }
         // Persist intent before touching the GPU.
@@ -323,7 +324,10 @@ mod tests {
         assert_eq!(inv[0].mig.len(), 7, "the free GPU is changed");
         assert!(inv[1].mig.is_empty(), "the busy GPU is not");
         // Only the busy GPU waits (it is not offered meanwhile).
-        assert_eq!(out.waiting, BTreeSet::from([1]));
+        assert_eq!(
+            out.waiting,
+            Busy::from([(1, vec!["team-a/train-0".to_string()])])
+        );
         let out = pass(
             &mut b,
             "mode: mig\ngeometry: all-1g.10gb",

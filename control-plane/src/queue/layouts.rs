@@ -13,6 +13,11 @@
 //! change applies. Nothing is preempted for it. The GPUs chosen are those freed soonest (fewest
 //! devices in use, runs that declare the earliest end), on one node; one drain at a time.
 //!
+//! A GPU that waits only for backfill (runs admitted on GPUs nothing else could use then, the
+//! first to be preempted) is not left waiting: the backfill is preempted
+//! ([`backfill_in_the_way`]), unless a PodDisruptionBudget protects it or it declares an end
+//! within [`SOON`].
+//!
 //! A GPU re-laid out here is left alone for [`HOLD`], so that two demands cannot toss it
 //! between them; after a write the queue waits for the node to show it before planning more.
 //! A node whose GPUs the queue cannot see one by one (a host without DRA, where no
@@ -28,7 +33,7 @@ use fabrik_gpu::device::GpuInfo;
 use fabrik_gpu::layout::{self, GpuLayout, Layout, SharedSlice};
 use fabrik_gpu::placement::model::NodeView;
 use fabrik_gpu::profiles::GpuModel;
-use fabrik_gpu::queue::{Input, Waiting};
+use fabrik_gpu::queue::{Admitted, Input, Preemption, Waiting};
 use k8s_openapi::api::core::v1::Node;
 
 /// How long a GPU re-laid out here is not re-laid out again.
@@ -36,6 +41,10 @@ pub const HOLD: Duration = Duration::from_secs(60);
 
 /// How long demand must have waited before GPUs are re-laid out for it, in nanoseconds.
 pub const WAITED: i128 = 5 * 1_000_000_000;
+
+/// A backfill run declared to end within this is left to end rather than preempted for a
+/// layout, in nanoseconds.
+pub const SOON: i128 = 60 * 1_000_000_000;
 
 /// After a layout is written, how long the queue waits for the node to show it before it
 /// plans again (so that one demand is not served twice).
@@ -257,6 +266,79 @@ pub fn laying_out<'n>(
             .collect();
         (!changing.is_empty()).then_some((node.metadata.name.as_deref()?, changing))
     })
+}
+
+/// The backfill to preempt so that GPUs waiting for a new layout get it: on every GPU a node
+/// agent reports waiting for its pods (`waitingFor` in its layout status), when each pod there
+/// belongs to a backfill workload that no PodDisruptionBudget protects and that declares no end
+/// within [`SOON`]. Whole workloads, each once.
+pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
+    let mut by_pod: BTreeMap<(&str, &str), &Admitted> = BTreeMap::new();
+    for a in &input.admitted {
+        for p in &a.pods {
+            by_pod.insert((p.request.namespace.as_str(), p.request.name.as_str()), a);
+        }
+    }
+    let mut out: Vec<Preemption> = Vec::new();
+    for node in nodes {
+        let Some(name) = node.metadata.name.as_deref() else {
+            continue;
+        };
+        let Some(status) = node
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS))
+            .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        else {
+            continue;
+        };
+        if status["state"] != "pending" {
+            continue;
+        }
+        let Some(waiting) = status["waitingFor"].as_object() else {
+            continue;
+        };
+        for (gpu, pods) in waiting {
+            let holders: Option<Vec<&Admitted>> = pods
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    let (ns, pod) = p.as_str()?.split_once('/')?;
+                    by_pod.get(&(ns, pod)).copied()
+                })
+                .collect();
+            let Some(holders) = holders.filter(|h| !h.is_empty()) else {
+                continue;
+            };
+            let preemptible = |a: &Admitted| {
+                a.backfill
+                    && !a.protected
+                    && !a.leaving
+                    && a.ends_by.is_none_or(|end| end - input.now > SOON)
+            };
+            if !holders.iter().all(|a| preemptible(a)) {
+                continue;
+            }
+            for a in holders {
+                if out.iter().any(|p| p.key == a.key) {
+                    continue;
+                }
+                out.push(Preemption {
+                    key: a.key.clone(),
+                    tenant: a.tenant.clone(),
+                    pods: a.pods.iter().map(|p| p.request.name.clone()).collect(),
+                    message: format!(
+                        "preempted by Fabrik's GPU queue: it ran as backfill on GPU {gpu} of \
+                         node {name}, which is being laid out anew for waiting work and waits \
+                         only for backfill"
+                    ),
+                });
+            }
+        }
+    }
+    out
 }
 
 /// What the plan may re-lay out: one GPU, or all of a node's where they are not seen one by
@@ -922,6 +1004,65 @@ mod tests {
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.len(), 8);
+    }
+
+    #[test]
+    fn backfill_alone_in_the_way_of_a_layout_is_preempted() {
+        let run = |key: &str, backfill: bool| Admitted {
+            tenant: "t".into(),
+            key: format!("ns/{key}"),
+            pods: vec![fabrik_gpu::queue::HeldPod {
+                request: PodRequest {
+                    namespace: "ns".into(),
+                    name: key.into(),
+                    ..Default::default()
+                },
+                node: "n1".into(),
+                devices: Vec::new(),
+            }],
+            priority: 0,
+            admitted_at: 0,
+            arrival: 0,
+            leaving: false,
+            backfill,
+            ends_by: None,
+            protected: false,
+        };
+        let (mut n, view) = node("n1", None, &[]);
+        n.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
+            serde_json::json!({"state": "pending", "reason": "waiting", "waitingGpus": [2, 3, 4],
+                "waitingFor": {"2": ["ns/fill"], "3": ["ns/fill", "ns/mine"], "4": ["ns/gone"]}})
+            .to_string(),
+        )]));
+        let mut inp = Input {
+            nodes: vec![view],
+            admitted: vec![run("fill", true), run("mine", false)],
+            now: 100 * S,
+            ..Default::default()
+        };
+        let keys = |inp: &Input, n: &Node| -> Vec<String> {
+            backfill_in_the_way(inp, std::slice::from_ref(n))
+                .into_iter()
+                .map(|p| p.key)
+                .collect()
+        };
+        // GPU 2 waits for backfill only: it goes (once). GPU 3 also waits for a run admitted
+        // in queue order, GPU 4 for a pod the queue does not know: left alone.
+        assert_eq!(keys(&inp, &n), vec!["ns/fill"]);
+        let p = &backfill_in_the_way(&inp, std::slice::from_ref(&n))[0];
+        assert!(p.message.contains("GPU 2 of node n1"), "{}", p.message);
+        // Not when a budget protects it, nor when it declares an end within a minute.
+        inp.admitted[0].protected = true;
+        assert!(keys(&inp, &n).is_empty());
+        inp.admitted[0].protected = false;
+        inp.admitted[0].ends_by = Some(130 * S);
+        assert!(keys(&inp, &n).is_empty());
+        inp.admitted[0].ends_by = Some(400 * S);
+        assert_eq!(keys(&inp, &n), vec!["ns/fill"]);
+        // Nor once the layout is no longer pending.
+        n.metadata.annotations = None;
+        assert!(keys(&inp, &n).is_empty());
     }
 
     #[test]

@@ -603,6 +603,12 @@ async fn pass(
         None => settings.policy.clone(),
     };
     let mut decision = decide::decide(&input, &policy);
+    // Backfill alone keeping GPUs from their new layout goes first.
+    for p in layouts::backfill_in_the_way(&input, &nodes) {
+        if !decision.preempt.iter().any(|q| q.key == p.key) {
+            decision.preempt.push(p);
+        }
+    }
     state.reservations = decision.reservations.clone();
     decision.waiting.extend(unreadable);
     tell_layouts(&input, &nodes, &mut decision);
