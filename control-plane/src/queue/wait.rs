@@ -1,7 +1,8 @@
-//! Estimated waits: how fast GPUs free up (the devices of admitted workloads that ended, over
-//! the last [`WINDOW`]), and from that, when the devices a waiting pod needs — its own and those
-//! of its tenant's workloads ahead of it — will have been freed. An estimate at the recent rate,
-//! said as such; none when nothing of a kind was freed lately.
+//! Estimated waits: when the devices a waiting pod needs — its own and those of its tenant's
+//! workloads ahead of it — will have been freed. Where the runs holding enough of them declare
+//! their ends (`activeDeadlineSeconds`, which the kubelet enforces), from those ends; else at
+//! the rate GPUs freed up lately (the devices of admitted workloads that ended, over the last
+//! [`WINDOW`]). Each said as such; none when nothing of a kind was freed lately.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
@@ -18,6 +19,11 @@ pub struct Freed {
     held: BTreeMap<String, Gpus>,
     /// When workloads ended, and what they held.
     ended: VecDeque<(Instant, Gpus)>,
+    /// The admitted workloads that declare their ends at the last decision: when (nanoseconds
+    /// since the epoch) and what they hold.
+    ends: Vec<(i128, Gpus)>,
+    /// When the last decision was made (nanoseconds since the epoch).
+    decided: i128,
 }
 
 impl Default for Freed {
@@ -33,6 +39,8 @@ impl Freed {
             started,
             held: BTreeMap::new(),
             ended: VecDeque::new(),
+            ends: Vec::new(),
+            decided: 0,
         }
     }
 
@@ -59,6 +67,12 @@ impl Freed {
                 self.ended.push_back((now, gpus.clone()));
             }
         }
+        self.ends = input
+            .admitted
+            .iter()
+            .filter_map(|a| Some((a.ends_by?, held.get(&a.key)?.clone())))
+            .collect();
+        self.decided = input.now;
         self.held = held;
         while self
             .ended
@@ -83,10 +97,38 @@ impl Freed {
         freed as f64 / span
     }
 
+    /// Seconds until `n` devices of `resource` are freed by the runs that declare their ends,
+    /// if they hold that many.
+    fn declared(&self, resource: &str, n: i64) -> Option<f64> {
+        let mut ends: Vec<(i128, i64)> = self
+            .ends
+            .iter()
+            .filter_map(|(end, g)| Some((*end, *g.get(resource)?)))
+            .collect();
+        ends.sort_unstable();
+        let mut freed = 0;
+        for (end, k) in ends {
+            freed += k;
+            if freed >= n {
+                return Some((end - self.decided).max(0) as f64 / 1e9);
+            }
+        }
+        None
+    }
+
     /// What to tell a pod that needs `ahead` to be freed first.
     pub fn describe(&self, ahead: &Gpus, now: Instant) -> String {
+        let needed = ahead.iter().filter(|(_, n)| **n > 0);
+        let declared: Option<Vec<f64>> =
+            needed.clone().map(|(r, n)| self.declared(r, *n)).collect();
+        if let Some(secs) = declared.filter(|d| !d.is_empty()) {
+            return format!(
+                "estimated wait {} (when the runs holding the GPUs it needs end, as they declare)",
+                readable(secs.into_iter().fold(0.0, f64::max))
+            );
+        }
         let mut worst: Option<f64> = Some(0.0);
-        for (r, n) in ahead.iter().filter(|(_, n)| **n > 0) {
+        for (r, n) in needed {
             let rate = self.rate(r, now);
             worst = match (worst, rate > 0.0) {
                 (Some(w), true) => Some(w.max(*n as f64 / rate)),
@@ -166,6 +208,37 @@ mod tests {
         // Out of the window, the rate forgets them.
         freed.observe(&input, t0 + WINDOW + Duration::from_secs(60));
         let said = freed.describe(&ahead, t0 + WINDOW + Duration::from_secs(60));
+        assert!(said.starts_with("no estimated wait"), "{said}");
+    }
+
+    #[test]
+    fn declared_ends_give_the_wait_where_they_cover_what_is_needed() {
+        let s = 1_000_000_000i128;
+        let t0 = Instant::now();
+        let mut freed = Freed::since(t0);
+        let mut runs = vec![admitted("w1", 4), admitted("w2", 2), admitted("w3", 2)];
+        runs[0].ends_by = Some(700 * s);
+        runs[1].ends_by = Some(250 * s);
+        let input = Input {
+            admitted: runs,
+            now: 100 * s,
+            ..Default::default()
+        };
+        freed.observe(&input, t0);
+        let need = |n: i64| -> Gpus { [("nvidia.com/gpu".to_string(), n)].into() };
+        // 2 freed at 250 s (in 150 s), 6 by 700 s (in 10 min).
+        let said = freed.describe(&need(2), t0);
+        assert!(
+            said.starts_with("estimated wait about 3 min (when the runs"),
+            "{said}"
+        );
+        let said = freed.describe(&need(5), t0);
+        assert!(
+            said.starts_with("estimated wait about 10 min (when the runs"),
+            "{said}"
+        );
+        // More than the declaring runs hold: the rate (none yet).
+        let said = freed.describe(&need(7), t0);
         assert!(said.starts_with("no estimated wait"), "{said}");
     }
 }
