@@ -2,7 +2,7 @@
 //! GPUs (with the devices the node agents publish, or counted from `allocatable` where no
 //! ResourceSlice names them), the workloads waiting at the queue's gate and those holding GPUs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use fabrik_api::tenant::Tenant;
 use fabrik_gpu::placement::claims;
@@ -378,6 +378,7 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
         Vec::new()
     };
     let mut needs = claims::Needs::new(&claim_index, &class_index, &devices);
+    let mut counted: BTreeSet<String> = BTreeSet::new();
     let known: BTreeMap<&str, &TenantQueue> =
         tenants.iter().map(|t| (t.name.as_str(), t)).collect();
     let mut waiting: BTreeMap<String, Waiting> = BTreeMap::new();
@@ -411,8 +412,19 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
         if uses_claims && !claim_names(pod).is_empty() {
             match needs.of(pod) {
                 Ok(Some(need)) => {
+                    // An allocated claim several pods share is counted once, with the first.
+                    let fresh: Vec<claims::ClaimNeed> = need
+                        .iter()
+                        .filter(|n| match n {
+                            claims::ClaimNeed::Allocated { claim, .. } => {
+                                counted.insert(claim.clone())
+                            }
+                            claims::ClaimNeed::Pending { .. } => true,
+                        })
+                        .cloned()
+                        .collect();
                     request.claimed = needs
-                        .devices_by_kind(&need, &views)
+                        .devices_by_kind(&fresh, &views)
                         .into_iter()
                         .filter(|(k, n)| fabrik_api::is_host_gpu_resource(k) && *n > 0)
                         .collect();
@@ -872,6 +884,8 @@ mod tests {
             pod("wants-nothing-known", "missing", true),
             pod("wants-constrained", "constrained", true),
             pod("holds-one", "held", false),
+            // Shares the allocated claim: its device is not counted twice.
+            pod("shares-it", "held", false),
         ];
         let host = Host {
             nodes: std::slice::from_ref(&node),
