@@ -590,6 +590,55 @@ fn an_idle_gpu_is_laid_out_for_a_gpu_kind_nobody_offers() {
     }
 }
 
+/// The only node is cut into MIG instances (an admin's layout) and nobody uses them when an
+/// 8-GPU training pod comes: the queue lays all eight GPUs out whole again (the MIG instances
+/// destroyed by the node agent), and the pod runs.
+#[test]
+fn an_idle_mig_node_is_made_whole_for_an_8_gpu_pod() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let node = kc_ok(
+            &k,
+            &host,
+            &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
+        )?;
+        kc_ok(
+            &k,
+            &host,
+            &[
+                "annotate",
+                "node",
+                &node,
+                r#"fabrik.dev/gpu-layout={"mode": "mig", "geometry": "all-1g.18gb"}"#,
+            ],
+        )?;
+        let mut offered = BTreeMap::new();
+        poll_until("the node cut into 56 instances", WAIT, || {
+            offered = allocatable(&k, &host)?;
+            Ok(offered.values().next() == Some(&(0, 56)))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {offered:?}"))?;
+        let t = f.create_tenant("train", &["--gpus", "8"])?;
+        kc_apply_ok(&k, &t, &gpu_pod("big", 8, 600))?;
+        let mut states = Default::default();
+        poll_until("the 8-GPU pod running", WAIT, || {
+            states = pod_states(&k, &t)?;
+            Ok(states.get("big").is_some_and(|(p, _)| p == "Running"))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        offered = allocatable(&k, &host)?;
+        if offered.values().next() != Some(&(8, 0)) {
+            bail!("the node is not whole again: {offered:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
 /// A pod of `gpus` GPUs that runs `seconds` and declares it may run `deadline`.
 fn gpu_run(name: &str, gpus: usize, seconds: u64, deadline: u64) -> String {
     format!(
