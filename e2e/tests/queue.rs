@@ -639,6 +639,47 @@ fn an_idle_mig_node_is_made_whole_for_an_8_gpu_pod() {
     }
 }
 
+/// On a pool of whole GPUs, a tenant on capped shares (`share:20480,25`) and one on
+/// time-sliced GPUs each get one idle GPU laid out for them — four 20 GiB / 25 % slices, four
+/// time-sliced replicas — beside the whole GPUs, on one node, and their pods run.
+#[test]
+fn shared_and_time_sliced_gpus_are_laid_out_beside_whole_ones() {
+    let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let host = f.data_dir().join("host.kubeconfig");
+    let run = || -> Result<()> {
+        let share = f.create_tenant(
+            "notebooks",
+            &["--gpus", "2", "--gpu-sharing", "share:20480,25"],
+        )?;
+        let ts = f.create_tenant("dev", &["--gpus", "2", "--gpu-sharing", "timeslice"])?;
+        kc_apply_ok(&k, &share, &gpu_deployment("nb", 2))?;
+        kc_apply_ok(&k, &ts, &gpu_deployment("edit", 2))?;
+        let mut seen = ((0, 0, 0), (0, 0, 0));
+        poll_until("both tenants' pods running", WAIT, || {
+            seen = (pods_of(&k, &share, "nb")?, pods_of(&k, &ts, "edit")?);
+            Ok(seen.0 .0 == 2 && seen.1 .0 == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        let out = kc_ok(&k, &host, &["get", "nodes", "-o", "json"])?;
+        let nodes: Value = serde_json::from_str(&out).context("node list")?;
+        let a = &nodes["items"][0]["status"]["allocatable"];
+        let got = |r: &str| a[r].as_str().unwrap_or("0").to_string();
+        let offered = (
+            got("nvidia.com/gpu"),
+            got("fabrik.dev/shared-gpu-20480mib-25pct"),
+            got("nvidia.com/gpu.shared"),
+        );
+        if offered != ("6".into(), "4".into(), "4".into()) {
+            bail!("not one GPU each laid out beside six whole ones: {offered:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
 /// A pod of `gpus` GPUs that runs `seconds` and declares it may run `deadline`.
 fn gpu_run(name: &str, gpus: usize, seconds: u64, deadline: u64) -> String {
     format!(
