@@ -6,9 +6,11 @@
 //! layout that keeps every other GPU as it was, which the node agent applies (see
 //! `docs/node-agent.md`, "Layouts"). Whole, MIG and shared GPUs mix on one node.
 //!
-//! When no GPU can be spared and a workload has waited past the starvation bound for a kind
-//! that no node has enough of to run its largest pod at all — however long it waited — busy
-//! GPUs are laid out for it and drain: the node agent stops offering a GPU whose change waits
+//! When no GPU can be spared and a workload has waited past the starvation bound — for a kind
+//! that no node has enough of to run its largest pod at all, however long it waited; or below
+//! its tenant's guarantee of a kind the tenants are guaranteed more of than the nodes offer,
+//! then from GPUs of kinds offered beyond their guarantees only — busy GPUs are laid out for
+//! it and drain: the node agent stops offering a GPU whose change waits
 //! for its pods (as it does an unhealthy one), so no new work goes there, its runs end, and the
 //! change applies. Nothing is preempted for it. The GPUs chosen are those freed soonest (fewest
 //! devices in use, runs that declare the earliest end), on one node; one drain at a time.
@@ -491,6 +493,32 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
         .flat_map(|r| r.nodes.iter().map(|n| (n.as_str(), r.key.as_str())))
         .collect();
     let draining = nodes.iter().any(super::input::relayout_pending);
+    // Guarantees and holdings per kind, and what the nodes that take pods offer.
+    let guaranteed = |tenant: &str, r: &str| {
+        input
+            .tenants
+            .iter()
+            .find(|t| t.name == tenant)
+            .map_or(0, |t| t.guaranteed(r))
+    };
+    let mut guaranteed_all = Units::new();
+    for t in &input.tenants {
+        for r in &t.resources {
+            *guaranteed_all.entry(r.clone()).or_insert(0) += t.guaranteed(r);
+        }
+    }
+    let mut held: BTreeMap<&str, Units> = BTreeMap::new();
+    for a in &input.admitted {
+        let h = held.entry(a.tenant.as_str()).or_default();
+        for p in &a.pods {
+            for (r, n) in p.request.requests.iter().chain(&p.request.claimed) {
+                if fabrik_api::is_host_gpu_resource(r) {
+                    *h.entry(r.clone()).or_insert(0) += n;
+                }
+            }
+        }
+    }
+    let capacity = input.capacity.clone();
     let mut waiting: Vec<&Waiting> = input
         .waiting
         .iter()
@@ -595,10 +623,19 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
             if !reserves {
                 hopeless.insert(memo);
             }
-            // Drain: only for a pod no node has enough of the kind for at all, once it has
-            // waited past the bound, one drain at a time.
+            // Drain, once it has waited past the bound, one drain at a time: for a pod no node
+            // has enough of the kind for at all; or for a tenant below its guarantee of a kind
+            // the tenants are guaranteed more of than there is, from GPUs of kinds there is
+            // more of than is guaranteed (nothing guaranteed is taken for it).
             let ever = (0..total.len()).any(|n| usable(n) && units(&total[n], &resource) >= pod);
-            if ever || draining || drained || input.now - w.arrival < drain_after {
+            let owed = ever
+                && units(
+                    &held.get(w.tenant.as_str()).cloned().unwrap_or_default(),
+                    &resource,
+                ) + pod
+                    <= guaranteed(&w.tenant, &resource)
+                && units(&guaranteed_all, &resource) > units(&capacity, &resource);
+            if (ever && !owed) || draining || drained || input.now - w.arrival < drain_after {
                 continue;
             }
             // (devices in use, when freed, GPUs, node, the GPUs)
@@ -619,16 +656,31 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
                     })
                     .collect();
                 mine.sort_by_key(|&i| (gpus[i].used, gpus[i].free_by, gpus[i].indexes.clone()));
+                // Enough for the pod on this node; for a guarantee, `pod` more.
                 let mut have = units(&total[n], &resource);
+                let want = if owed { have + pod } else { pod };
+                let mut left = capacity.clone();
                 let mut take = Vec::new();
                 for i in mine {
-                    if have >= pod {
+                    if have >= want {
                         break;
+                    }
+                    if owed {
+                        let surplus = gpus[i]
+                            .offers
+                            .iter()
+                            .all(|(c, k)| units(&left, c) - k >= units(&guaranteed_all, c));
+                        if !surplus {
+                            continue;
+                        }
+                        for (c, k) in &gpus[i].offers {
+                            *left.entry(c.clone()).or_insert(0) -= k;
+                        }
                     }
                     have += per_gpu;
                     take.push(i);
                 }
-                if have < pod {
+                if have < want {
                     continue;
                 }
                 let used = take.iter().map(|&i| gpus[i].used).sum();
@@ -903,6 +955,69 @@ mod tests {
         )]));
         let (inp, nodes) = input(vec![pending], w, 61 * S);
         assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+    }
+
+    #[test]
+    fn a_guarantee_of_a_kind_short_of_gpus_drains_a_gpu_of_a_kind_beyond_its_guarantees() {
+        // One GPU of n1 is cut into 7 instances, all held by `infer` (guaranteed 14); the seven
+        // whole GPUs run `train`'s work. infer waits for one more instance.
+        let mixed =
+            r#"{"mode": "mixed", "perGpu": {"7": {"mode": "mig", "geometry": "all-1g.18gb"}}}"#;
+        let busy: Vec<(u32, i64)> = (0..8).map(|g| (g, if g == 7 { 7 } else { 1 })).collect();
+        let tenant = |name: &str, r: &str, g: i64| fabrik_gpu::queue::TenantQueue {
+            name: name.into(),
+            resources: vec![r.to_string()],
+            guarantee: Some(g),
+            ..Default::default()
+        };
+        let plan_with = |train_guarantee: i64, now: i128| {
+            let (mut inp, nodes) = input(
+                vec![node("n1", Some(mixed), &busy)],
+                vec![Waiting {
+                    tenant: "infer".into(),
+                    ..waiting("ns/more", MIG, 1, 1, 0)
+                }],
+                now,
+            );
+            inp.tenants = vec![
+                tenant("train", fabrik_api::RESOURCE_GPU, train_guarantee),
+                tenant("infer", MIG, 14),
+            ];
+            inp.capacity = Units::from([
+                (fabrik_api::RESOURCE_GPU.to_string(), 7),
+                (MIG.to_string(), 7),
+            ]);
+            inp.admitted = vec![Admitted {
+                tenant: "infer".into(),
+                key: "ns/serve".into(),
+                pods: vec![fabrik_gpu::queue::HeldPod {
+                    request: PodRequest {
+                        requests: BTreeMap::from([(MIG.to_string(), 7)]),
+                        ..Default::default()
+                    },
+                    node: "n1".into(),
+                    devices: Vec::new(),
+                }],
+                priority: 0,
+                admitted_at: 0,
+                arrival: 0,
+                leaving: false,
+                backfill: false,
+                ends_by: None,
+                protected: false,
+            }];
+            plan(&inp, &nodes, &Recent::default(), 60 * S)
+        };
+        // Not before the bound.
+        assert!(plan_with(4, 10 * S).is_empty());
+        // train is guaranteed 4 of the 7 whole GPUs: one of the other 3 drains for infer.
+        let changes = plan_with(4, 61 * S);
+        assert_eq!(changes.len(), 1, "{changes:?}");
+        assert!(changes[0].drains);
+        assert_eq!(changes[0].gpus.len(), 1);
+        assert!(changes[0].gpus.values().all(|r| r == MIG));
+        // Guaranteed all 7: nothing guaranteed is taken for another tenant's guarantee.
+        assert!(plan_with(7, 61 * S).is_empty());
     }
 
     #[test]
