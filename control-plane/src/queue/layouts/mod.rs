@@ -10,10 +10,11 @@
 //! that no node has enough of to run its largest pod at all, however long it waited; or below
 //! its tenant's guarantee of a kind the tenants are guaranteed more of than the nodes offer,
 //! then from GPUs of kinds offered beyond their guarantees only — busy GPUs are laid out for
-//! it and drain: the node agent stops offering a GPU whose change waits
-//! for its pods (as it does an unhealthy one), so no new work goes there, its runs end, and the
-//! change applies. Nothing is preempted for it. The GPUs chosen are those freed soonest (fewest
-//! devices in use, runs that declare the earliest end), on one node; one drain at a time.
+//! it and drain: the node agent stops offering a GPU whose change waits for its pods (as it
+//! does an unhealthy one), so no new work goes there, its runs end, and the change applies.
+//! Runs admitted in queue order are not preempted for it. The GPUs chosen are those freed
+//! soonest (fewest devices in use, runs that declare the earliest end), on one node; one drain
+//! at a time ([`plan`]).
 //!
 //! A GPU that waits only for backfill (runs admitted on GPUs nothing else could use then, the
 //! first to be preempted) is not left waiting: the backfill is preempted
@@ -35,14 +36,15 @@ use fabrik_gpu::device::GpuInfo;
 use fabrik_gpu::layout::{self, GpuLayout, Layout, SharedSlice};
 use fabrik_gpu::placement::model::NodeView;
 use fabrik_gpu::profiles::GpuModel;
-use fabrik_gpu::queue::{Admitted, Input, Preemption, Waiting};
+use fabrik_gpu::queue::{Admitted, Input, Preemption};
 use k8s_openapi::api::core::v1::Node;
+
+mod plan;
+
+pub use plan::plan;
 
 /// How long a GPU re-laid out here is not re-laid out again.
 pub const HOLD: Duration = Duration::from_secs(60);
-
-/// How long demand must have waited before GPUs are re-laid out for it, in nanoseconds.
-pub const WAITED: i128 = 5 * 1_000_000_000;
 
 /// A backfill run declared to end within this is left to end rather than preempted for a
 /// layout, in nanoseconds.
@@ -51,9 +53,6 @@ pub const SOON: i128 = 60 * 1_000_000_000;
 /// After a layout is written, how long the queue waits for the node to show it before it
 /// plans again (so that one demand is not served twice).
 const SETTLE: Duration = Duration::from_secs(2);
-
-/// The most GPUs re-laid out in one decision.
-const MAX_GPUS: usize = 64;
 
 /// Units of each GPU resource.
 type Units = BTreeMap<String, i64>;
@@ -343,390 +342,12 @@ pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
     out
 }
 
-/// What the plan may re-lay out: one GPU, or all of a node's where they are not seen one by
-/// one.
-struct Gpu {
-    node: usize,
-    /// Its GPU indexes.
-    indexes: Vec<u32>,
-    /// What it offers now.
-    offers: Units,
-    /// Devices of it in use.
-    used: i64,
-    /// When the last of its runs ends at the latest (`i128::MAX` when not known; 0 idle).
-    free_by: i128,
-    /// Taken by this plan.
-    taken: bool,
-}
-
-/// The GPUs of one node the plan lays out anew.
-#[derive(Default)]
-struct Planned {
-    layouts: BTreeMap<u32, GpuLayout>,
-    gpus: BTreeMap<u32, String>,
-    drains: bool,
-}
-
-impl Planned {
-    /// Lays `gpu` out as `layout`, for `resource`.
-    fn take(&mut self, gpu: &mut Gpu, layout: &GpuLayout, resource: &str) {
-        gpu.taken = true;
-        for &i in &gpu.indexes {
-            self.layouts.insert(i, layout.clone());
-            self.gpus.insert(i, resource.to_string());
-        }
-        self.drains |= gpu.used > 0;
-    }
-}
-
-/// The layouts to write for the demand waiting in `input`: idle GPUs nobody waits for laid out
-/// for the kinds too little of is free; past `drain_after` (nanoseconds of waiting), busy GPUs
-/// for a kind no node has enough of at all. See the module documentation.
-pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -> Vec<Change> {
-    if recent.settling() {
-        return Vec::new();
-    }
-    let laid: Vec<Option<NodeGpus>> = nodes
-        .iter()
-        .zip(&input.nodes)
-        .map(|(n, v)| node_gpus(n, v).filter(|_| v.schedulable))
-        .collect();
-    let names: Vec<&str> = input.nodes.iter().map(|v| v.name.as_str()).collect();
-    // Free and total units per node and kind, on the nodes that take pods.
-    let mut free: Vec<Units> = vec![Units::new(); input.nodes.len()];
-    let mut total: Vec<Units> = vec![Units::new(); input.nodes.len()];
-    for (n, view) in input.nodes.iter().enumerate() {
-        if !view.schedulable {
-            continue;
-        }
-        for d in &view.devices {
-            *free[n].entry(d.resource.clone()).or_insert(0) += (d.slots - d.used).max(0);
-            *total[n].entry(d.resource.clone()).or_insert(0) += d.slots;
-        }
-    }
-    let mut free_all = Units::new();
-    for f in &free {
-        for (r, n) in f {
-            *free_all.entry(r.clone()).or_insert(0) += n;
-        }
-    }
-    let mut demand = Units::new();
-    for w in &input.waiting {
-        for (r, n) in w.gpus() {
-            *demand.entry(r).or_insert(0) += n;
-        }
-    }
-    // When each device's, and each node's, runs end at the latest.
-    let mut ends: BTreeMap<(&str, &str), i128> = BTreeMap::new();
-    let mut node_ends: BTreeMap<&str, i128> = BTreeMap::new();
-    for a in &input.admitted {
-        let by = a.ends_by.unwrap_or(i128::MAX);
-        for p in &a.pods {
-            let e = node_ends.entry(p.node.as_str()).or_insert(0);
-            *e = (*e).max(by);
-            for d in &p.devices {
-                let e = ends.entry((p.node.as_str(), d.as_str())).or_insert(0);
-                *e = (*e).max(by);
-            }
-        }
-    }
-    let mut gpus: Vec<Gpu> = Vec::new();
-    for (n, g) in laid.iter().enumerate() {
-        let Some(g) = g else { continue };
-        let (mut used, mut free_by) = (BTreeMap::<u32, i64>::new(), BTreeMap::<u32, i128>::new());
-        for d in &input.nodes[n].devices {
-            let Ok(i) = u32::try_from(d.gpu) else {
-                continue;
-            };
-            *used.entry(i).or_insert(0) += d.used;
-            if d.used > 0 {
-                let end = ends
-                    .get(&(names[n], d.name.as_str()))
-                    .copied()
-                    .unwrap_or(i128::MAX);
-                let by = free_by.entry(i).or_insert(0);
-                *by = (*by).max(end);
-            }
-        }
-        if !g.seen {
-            // All of its GPUs as one, when none is being changed or held.
-            if !g.changing.is_empty() || g.desired.keys().any(|&i| recent.held(names[n], i)) {
-                continue;
-            }
-            let mut offers = Units::new();
-            for (r, k) in g.have.values().flatten() {
-                *offers.entry(r.clone()).or_insert(0) += k;
-            }
-            let busy = used.values().sum::<i64>();
-            gpus.push(Gpu {
-                node: n,
-                indexes: g.desired.keys().copied().collect(),
-                offers,
-                used: busy,
-                free_by: if busy > 0 {
-                    node_ends.get(names[n]).copied().unwrap_or(i128::MAX)
-                } else {
-                    0
-                },
-                taken: false,
-            });
-            continue;
-        }
-        for (&index, offers) in &g.have {
-            if g.changing.contains(&index) || recent.held(names[n], index) {
-                continue;
-            }
-            gpus.push(Gpu {
-                node: n,
-                indexes: vec![index],
-                offers: offers.clone(),
-                used: used.get(&index).copied().unwrap_or(0),
-                free_by: free_by.get(&index).copied().unwrap_or(0),
-                taken: false,
-            });
-        }
-    }
-    // Nodes reserved for a workload are laid out for it only.
-    let reserved: BTreeMap<&str, &str> = input
-        .reservations
-        .iter()
-        .flat_map(|r| r.nodes.iter().map(|n| (n.as_str(), r.key.as_str())))
-        .collect();
-    let draining = nodes.iter().any(super::input::relayout_pending);
-    // Guarantees and holdings per kind, and what the nodes that take pods offer.
-    let guaranteed = |tenant: &str, r: &str| {
-        input
-            .tenants
-            .iter()
-            .find(|t| t.name == tenant)
-            .map_or(0, |t| t.guaranteed(r))
-    };
-    let mut guaranteed_all = Units::new();
-    for t in &input.tenants {
-        for r in &t.resources {
-            *guaranteed_all.entry(r.clone()).or_insert(0) += t.guaranteed(r);
-        }
-    }
-    let mut held: BTreeMap<&str, Units> = BTreeMap::new();
-    for a in &input.admitted {
-        let h = held.entry(a.tenant.as_str()).or_default();
-        for p in &a.pods {
-            for (r, n) in p.request.requests.iter().chain(&p.request.claimed) {
-                if fabrik_api::is_host_gpu_resource(r) {
-                    *h.entry(r.clone()).or_insert(0) += n;
-                }
-            }
-        }
-    }
-    let capacity = input.capacity.clone();
-    let mut waiting: Vec<&Waiting> = input
-        .waiting
-        .iter()
-        .filter(|w| input.now - w.arrival >= WAITED)
-        .collect();
-    waiting.sort_by_key(|w| (w.arrival, w.key.as_str()));
-
-    let mut changes: BTreeMap<usize, Planned> = BTreeMap::new();
-    let mut count = 0;
-    let mut drained = false;
-    let mut hopeless: BTreeSet<(String, i64)> = BTreeSet::new();
-    for w in waiting {
-        for (resource, _) in w.gpus() {
-            if count >= MAX_GPUS {
-                break;
-            }
-            // The most one pod of it takes of the kind: that much must be on one node.
-            let pod = w
-                .pods
-                .iter()
-                .map(|p| units(&p.requests, &resource).max(0) + units(&p.claimed, &resource).max(0))
-                .max()
-                .unwrap_or(0);
-            let usable = |n: usize| {
-                reserved
-                    .get(names[n])
-                    .is_none_or(|key| *key == w.key.as_str())
-            };
-            // Work of one kind and pod size that found no room finds none later in this
-            // decision either, until GPUs are laid out (the waiting are many under backlog).
-            let reserves = input.reservations.iter().any(|r| r.key == w.key);
-            let memo = (resource.clone(), pod);
-            if !reserves && hopeless.contains(&memo) {
-                continue;
-            }
-            let short = units(&demand, &resource) - units(&free_all, &resource);
-            let fits = (0..free.len()).any(|n| usable(n) && units(&free[n], &resource) >= pod);
-            if fits && short <= 0 {
-                continue;
-            }
-            // A GPU may be spared when nobody waits for what it offers beyond what is free
-            // elsewhere.
-            let spare = |g: &Gpu, free_all: &Units| {
-                !g.taken
-                    && g.used == 0
-                    && g.offers
-                        .iter()
-                        .all(|(r, n)| units(&demand, r) <= units(free_all, r) - n)
-            };
-            // (GPUs to lay out, free of the kind there already less, spare GPUs there, node)
-            let mut best: Option<(usize, i64, usize, usize, i64)> = None;
-            for (n, g) in laid.iter().enumerate() {
-                let Some(g) = g else { continue };
-                if !usable(n) {
-                    continue;
-                }
-                let Some(per_gpu) = g.per_unit(&resource) else {
-                    continue;
-                };
-                let have = units(&free[n], &resource);
-                let wanted = if have >= pod { short } else { pod - have };
-                let needed = usize::try_from((wanted.max(1) + per_gpu - 1) / per_gpu).unwrap_or(0);
-                let spares = gpus
-                    .iter()
-                    .filter(|x| x.node == n && !x.offers.contains_key(&resource))
-                    .filter(|x| spare(x, &free_all))
-                    .count();
-                if spares == 0 || (have < pod && spares < needed) {
-                    continue;
-                }
-                let option = (needed.min(spares), -have, spares, n, per_gpu);
-                if best.as_ref().is_none_or(|b| option < *b) {
-                    best = Some(option);
-                }
-            }
-            if let Some((needed, _, _, n, per_gpu)) = best {
-                let Some(g) = &laid[n] else { continue };
-                let Some((gl, _)) = gpu_layout_for(&resource, g.model) else {
-                    continue;
-                };
-                for _ in 0..needed {
-                    let Some(x) = gpus.iter().position(|x| {
-                        x.node == n && !x.offers.contains_key(&resource) && spare(x, &free_all)
-                    }) else {
-                        break;
-                    };
-                    let x = &mut gpus[x];
-                    for (r, k) in &x.offers {
-                        for m in [&mut free_all, &mut free[n], &mut total[n]] {
-                            *m.entry(r.clone()).or_insert(0) -= k;
-                        }
-                    }
-                    for m in [&mut free_all, &mut free[n], &mut total[n]] {
-                        *m.entry(resource.clone()).or_insert(0) += per_gpu;
-                    }
-                    changes.entry(n).or_default().take(x, &gl, &resource);
-                    count += 1;
-                }
-                hopeless.clear();
-                continue;
-            }
-            if !reserves {
-                hopeless.insert(memo);
-            }
-            // Drain, once it has waited past the bound, one drain at a time: for a pod no node
-            // has enough of the kind for at all; or for a tenant below its guarantee of a kind
-            // the tenants are guaranteed more of than there is, from GPUs of kinds there is
-            // more of than is guaranteed (nothing guaranteed is taken for it).
-            let ever = (0..total.len()).any(|n| usable(n) && units(&total[n], &resource) >= pod);
-            let owed = ever
-                && units(
-                    &held.get(w.tenant.as_str()).cloned().unwrap_or_default(),
-                    &resource,
-                ) + pod
-                    <= guaranteed(&w.tenant, &resource)
-                && units(&guaranteed_all, &resource) > units(&capacity, &resource);
-            if (ever && !owed) || draining || drained || input.now - w.arrival < drain_after {
-                continue;
-            }
-            // (devices in use, when freed, GPUs, node, the GPUs)
-            let mut cheapest: Option<(i64, i128, usize, usize, Vec<usize>)> = None;
-            for (n, g) in laid.iter().enumerate() {
-                let Some(g) = g else { continue };
-                if !usable(n) {
-                    continue;
-                }
-                let Some(per_gpu) = g.per_unit(&resource) else {
-                    continue;
-                };
-                let mut mine: Vec<usize> = (0..gpus.len())
-                    .filter(|&i| {
-                        gpus[i].node == n
-                            && !gpus[i].taken
-                            && !gpus[i].offers.contains_key(&resource)
-                    })
-                    .collect();
-                mine.sort_by_key(|&i| (gpus[i].used, gpus[i].free_by, gpus[i].indexes.clone()));
-                // Enough for the pod on this node; for a guarantee, `pod` more.
-                let mut have = units(&total[n], &resource);
-                let want = if owed { have + pod } else { pod };
-                let mut left = capacity.clone();
-                let mut take = Vec::new();
-                for i in mine {
-                    if have >= want {
-                        break;
-                    }
-                    if owed {
-                        let surplus = gpus[i]
-                            .offers
-                            .iter()
-                            .all(|(c, k)| units(&left, c) - k >= units(&guaranteed_all, c));
-                        if !surplus {
-                            continue;
-                        }
-                        for (c, k) in &gpus[i].offers {
-                            *left.entry(c.clone()).or_insert(0) -= k;
-                        }
-                    }
-                    have += per_gpu;
-                    take.push(i);
-                }
-                if have < want {
-                    continue;
-                }
-                let used = take.iter().map(|&i| gpus[i].used).sum();
-                let by = take.iter().map(|&i| gpus[i].free_by).max().unwrap_or(0);
-                let option = (used, by, take.len(), n, take);
-                if cheapest.as_ref().is_none_or(|c| option < *c) {
-                    cheapest = Some(option);
-                }
-            }
-            let Some((_, _, _, n, take)) = cheapest else {
-                continue;
-            };
-            let Some(g) = &laid[n] else { continue };
-            let Some(((gl, _), per_gpu)) =
-                gpu_layout_for(&resource, g.model).zip(g.per_unit(&resource))
-            else {
-                continue;
-            };
-            drained = true;
-            for i in take {
-                let x = &mut gpus[i];
-                *total[n].entry(resource.clone()).or_insert(0) += per_gpu;
-                changes.entry(n).or_default().take(x, &gl, &resource);
-                count += 1;
-            }
-        }
-    }
-    changes
-        .into_iter()
-        .filter_map(|(n, planned)| {
-            let g = laid[n].as_ref()?;
-            Some(Change {
-                node: names[n].to_string(),
-                layout: layout_text(g, &planned.layouts)?,
-                gpus: planned.gpus,
-                drains: planned.drains,
-            })
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use fabrik_gpu::placement::model::{GpuDevice, PodRequest};
     use fabrik_gpu::queue::Admitted;
+    use fabrik_gpu::queue::Waiting;
 
     const S: i128 = 1_000_000_000;
     const MIG: &str = "nvidia.com/mig-1g.18gb";
@@ -970,6 +591,25 @@ mod tests {
             guarantee: Some(g),
             ..Default::default()
         };
+        let admitted = vec![Admitted {
+            tenant: "infer".into(),
+            key: "ns/serve".into(),
+            pods: vec![fabrik_gpu::queue::HeldPod {
+                request: PodRequest {
+                    requests: BTreeMap::from([(MIG.to_string(), 7)]),
+                    ..Default::default()
+                },
+                node: "n1".into(),
+                devices: Vec::new(),
+            }],
+            priority: 0,
+            admitted_at: 0,
+            arrival: 0,
+            leaving: false,
+            backfill: false,
+            ends_by: None,
+            protected: false,
+        }];
         let plan_with = |train_guarantee: i64, now: i128| {
             let (mut inp, nodes) = input(
                 vec![node("n1", Some(mixed), &busy)],
@@ -987,25 +627,7 @@ mod tests {
                 (fabrik_api::RESOURCE_GPU.to_string(), 7),
                 (MIG.to_string(), 7),
             ]);
-            inp.admitted = vec![Admitted {
-                tenant: "infer".into(),
-                key: "ns/serve".into(),
-                pods: vec![fabrik_gpu::queue::HeldPod {
-                    request: PodRequest {
-                        requests: BTreeMap::from([(MIG.to_string(), 7)]),
-                        ..Default::default()
-                    },
-                    node: "n1".into(),
-                    devices: Vec::new(),
-                }],
-                priority: 0,
-                admitted_at: 0,
-                arrival: 0,
-                leaving: false,
-                backfill: false,
-                ends_by: None,
-                protected: false,
-            }];
+            inp.admitted = admitted.clone();
             plan(&inp, &nodes, &Recent::default(), 60 * S)
         };
         // Not before the bound.
@@ -1018,6 +640,33 @@ mod tests {
         assert!(changes[0].gpus.values().all(|r| r == MIG));
         // Guaranteed all 7: nothing guaranteed is taken for another tenant's guarantee.
         assert!(plan_with(7, 61 * S).is_empty());
+        // A tenant with no guarantee waiting longer for the same kind and size does not hide
+        // infer's claim (what found no room is remembered per tenant).
+        let (mut inp, nodes) = input(
+            vec![node("n1", Some(mixed), &busy)],
+            vec![
+                Waiting {
+                    tenant: "guest".into(),
+                    ..waiting("ns/guest", MIG, 1, 1, -S)
+                },
+                Waiting {
+                    tenant: "infer".into(),
+                    ..waiting("ns/more", MIG, 1, 1, 0)
+                },
+            ],
+            61 * S,
+        );
+        let reference = plan_with(4, 61 * S);
+        inp.tenants = vec![
+            tenant("train", fabrik_api::RESOURCE_GPU, 4),
+            tenant("infer", MIG, 14),
+        ];
+        inp.capacity = Units::from([
+            (fabrik_api::RESOURCE_GPU.to_string(), 7),
+            (MIG.to_string(), 7),
+        ]);
+        inp.admitted = admitted.clone();
+        assert_eq!(plan(&inp, &nodes, &Recent::default(), 60 * S), reference);
     }
 
     #[test]
