@@ -254,6 +254,9 @@ pub struct Decision {
     pub standings: BTreeMap<String, BTreeMap<String, Standing>>,
     /// The reservations held after this decision.
     pub reservations: Vec<Reservation>,
+    /// The waiting workloads (keys) their tenant's limits refuse (its quota and borrowing
+    /// limit, a gang not all there): more free GPUs would not let them run.
+    pub limited: BTreeSet<String>,
 }
 
 /// The GPU devices `pods` ask for: their requests, and what their ResourceClaims take.
@@ -844,6 +847,9 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 ahead: &ahead,
             };
             tell_waiting(&mut decision, &at, refusal, w, &reservations, input.now);
+            if matches!(refusal, Refusal::Limit(_)) {
+                decision.limited.insert(w.key.clone());
+            }
         }
     }
     let books = &run.books;
@@ -2064,6 +2070,27 @@ mod tests {
             d.waiting["fabrik-a/big"].contains("reserved"),
             "{}",
             d.waiting["fabrik-a/big"]
+        );
+    }
+
+    #[test]
+    fn workloads_their_tenant_s_limits_refuse_are_named() {
+        // t may hold 1 and holds it; o may hold 2 and holds nothing, one GPU is free. t's second
+        // pod is refused by t's limit; o's 2-GPU pod only for room.
+        let mut nodes = vec![node("n1", 2)];
+        let admitted = vec![hold(&mut nodes, "t", "one", 1, 0)];
+        let mut i = input(
+            vec![tenant("t", 1, 0), tenant("o", 1, 1)],
+            nodes,
+            vec![waiting("t", "two", 1, 5), waiting("o", "big", 2, 5)],
+        );
+        i.admitted = admitted;
+        let d = decide(&i, &Policy::default());
+        assert_eq!(
+            d.limited,
+            BTreeSet::from(["fabrik-t/two".to_string()]),
+            "{:?}",
+            d.waiting
         );
     }
 

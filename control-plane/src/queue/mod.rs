@@ -622,6 +622,7 @@ async fn pass(
         &nodes,
         &state.repartitioned,
         policy.starvation_after,
+        &decision.limited,
     ) {
         let node = &change.node;
         let what = format!("layout {node}");

@@ -461,7 +461,7 @@ mod tests {
             .map(|i| waiting(&format!("ns/p{i}"), MIG, 1, 1, 0))
             .collect();
         let (inp, nodes) = input(shapes, w, 10 * S);
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1, "{changes:?}");
         let c = &changes[0];
         // One GPU makes seven instances: enough. On the node already in use (the idle one is
@@ -484,13 +484,16 @@ mod tests {
                 .count(),
             7
         );
+        // Work its tenant's limits refuse counts for nothing: no GPU is cut for it.
+        let limited: BTreeSet<String> = inp.waiting.iter().map(|w| w.key.clone()).collect();
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &limited).is_empty());
         // Not before the demand has waited a moment.
         let (inp, nodes) = input(
             vec![node("n1", None, &[])],
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
     }
 
     #[test]
@@ -504,10 +507,10 @@ mod tests {
             waiting("ns/train", fabrik_api::RESOURCE_GPU, 3, 1, 0),
             waiting("ns/infer", MIG, 1, 8, 0),
         ]);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
         // Nobody waits for MIG: a 2-GPU pod gets both MIG GPUs made whole.
         let (inp, nodes) = mk(vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 2, 1, 0)]);
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1, "{changes:?}");
         let o = offers(&changes[0]);
         assert_eq!(
@@ -522,11 +525,11 @@ mod tests {
         let mut recent = Recent::default();
         recent.note("n1", [6, 7]);
         recent.written = None;
-        assert!(plan(&inp, &nodes, &recent, 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
         // Nor is anything planned while a write settles.
         let mut recent = Recent::default();
         recent.note("n9", [0]);
-        assert!(plan(&inp, &nodes, &recent, 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
     }
 
     #[test]
@@ -536,7 +539,7 @@ mod tests {
         let mut shapes = vec![node("n1", None, &busy)];
         let w = vec![waiting("ns/infer", MIG, 1, 1, 0)];
         let (inp, nodes) = input(shapes.clone(), w.clone(), 10 * S);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
         // Past the bound: one GPU — the one whose run ends first — drains for it.
         let (mut inp, nodes) = input(shapes.clone(), w.clone(), 61 * S);
         inp.admitted = (0..8u32)
@@ -557,7 +560,7 @@ mod tests {
                 protected: false,
             })
             .collect();
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.keys().copied().collect::<Vec<_>>(), vec![5]);
@@ -567,7 +570,7 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 1, 1, 0)],
             600 * S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
         // One drain at a time.
         let mut pending = shapes.remove(0);
         pending.0.metadata.annotations = Some(BTreeMap::from([(
@@ -575,7 +578,7 @@ mod tests {
             r#"{"state": "pending", "reason": "waiting for GPU 0", "waitingGpus": [0]}"#.into(),
         )]));
         let (inp, nodes) = input(vec![pending], w, 61 * S);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
     }
 
     #[test]
@@ -628,7 +631,7 @@ mod tests {
                 (MIG.to_string(), 7),
             ]);
             inp.admitted = admitted.clone();
-            plan(&inp, &nodes, &Recent::default(), 60 * S)
+            plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new())
         };
         // Not before the bound.
         assert!(plan_with(4, 10 * S).is_empty());
@@ -666,7 +669,10 @@ mod tests {
             (MIG.to_string(), 7),
         ]);
         inp.admitted = admitted.clone();
-        assert_eq!(plan(&inp, &nodes, &Recent::default(), 60 * S), reference);
+        assert_eq!(
+            plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()),
+            reference
+        );
     }
 
     #[test]
@@ -678,7 +684,7 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 8, 1, 0)],
             10 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0])
@@ -748,7 +754,7 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0]).values().all(|u| units(u, MIG) == 7));
@@ -758,13 +764,13 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S).is_empty());
+        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
         let (inp, nodes) = input(
             vec![unseen(&[(3, 1)])],
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             61 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S);
+        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.len(), 8);

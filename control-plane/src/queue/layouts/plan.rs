@@ -52,12 +52,20 @@ enum Converted {
 
 /// The layouts to write for the demand waiting in `input`: idle GPUs nobody waits for laid out
 /// for the kinds too little of is free; past `drain_after` (nanoseconds of waiting), busy GPUs
-/// that drain. See the parent module.
-pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -> Vec<Change> {
+/// that drain. Workloads their tenant's limits refuse (`limited`: more GPUs would not let them
+/// run) count for nothing, so that a tenant past its quota cannot toss layouts about. See the
+/// parent module.
+pub fn plan(
+    input: &Input,
+    nodes: &[Node],
+    recent: &Recent,
+    drain_after: i128,
+    limited: &BTreeSet<String>,
+) -> Vec<Change> {
     if recent.settling() {
         return Vec::new();
     }
-    let mut p = Planner::new(input, nodes, recent);
+    let mut p = Planner::new(input, nodes, recent, limited);
     let draining = nodes.iter().any(super::super::input::relayout_pending);
     let mut drained = false;
     // A tenant's work of one kind and pod size that found no room finds none later in this
@@ -66,7 +74,7 @@ pub fn plan(input: &Input, nodes: &[Node], recent: &Recent, drain_after: i128) -
     let mut waiting: Vec<&Waiting> = input
         .waiting
         .iter()
-        .filter(|w| input.now - w.arrival >= WAITED)
+        .filter(|w| input.now - w.arrival >= WAITED && !limited.contains(&w.key))
         .collect();
     waiting.sort_by_key(|w| (w.arrival, w.key.as_str()));
     for w in waiting {
@@ -131,7 +139,12 @@ struct Planner<'a> {
 }
 
 impl<'a> Planner<'a> {
-    fn new(input: &'a Input, nodes: &[Node], recent: &Recent) -> Planner<'a> {
+    fn new(
+        input: &'a Input,
+        nodes: &[Node],
+        recent: &Recent,
+        limited: &BTreeSet<String>,
+    ) -> Planner<'a> {
         let laid: Vec<Option<NodeGpus>> = nodes
             .iter()
             .zip(&input.nodes)
@@ -156,7 +169,7 @@ impl<'a> Planner<'a> {
             }
         }
         let mut demand = Units::new();
-        for w in &input.waiting {
+        for w in input.waiting.iter().filter(|w| !limited.contains(&w.key)) {
             for (r, n) in w.gpus() {
                 *demand.entry(r).or_insert(0) += n;
             }
