@@ -349,7 +349,20 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
         claims: all_claims,
         classes,
     } = host;
-    let allocated = claims::allocated_devices(all_claims, &claims::node_agent_drivers(slices));
+    // An allocated claim none of whose pods is there any more (deleted, the claim not yet
+    // collected) gives its devices back: counted as held by nobody, reclaim would preempt again
+    // for GPUs already on their way back.
+    let present: BTreeSet<&str> = pods
+        .iter()
+        .filter_map(|p| p.metadata.uid.as_deref())
+        .collect();
+    let holding = all_claims.iter().filter(|c| {
+        c.status
+            .as_ref()
+            .and_then(|s| s.reserved_for.as_ref())
+            .is_some_and(|r| r.iter().any(|r| present.contains(r.uid.as_str())))
+    });
+    let allocated = claims::allocated_devices(holding, &claims::node_agent_drivers(slices));
     let mut views = model::nodes(nodes, slices, pods, &allocated);
     count_allocatable(&mut views, nodes);
     let capacity = capacity(nodes, &views);
@@ -841,13 +854,15 @@ mod tests {
             class("gpu.nvidia.com", driver),
             class("nic.example.com", "nic.example.com"),
         ];
-        let claim = |name: &str, class: &str, allocated: Option<&str>| -> ResourceClaim {
+        // `allocated`: (device, the uid of the pod it is reserved for).
+        let claim = |name: &str, class: &str, allocated: Option<(&str, &str)>| -> ResourceClaim {
             let mut c = json!({"metadata": {"name": name, "namespace": "fabrik-a"},
                 "spec": {"devices": {"requests": [{"name": "r",
                     "exactly": {"deviceClassName": class, "count": 2}}]}}});
-            if let Some(device) = allocated {
+            if let Some((device, pod)) = allocated {
                 c["status"] = json!({"allocation": {"devices": {"results": [
-                    {"request": "r", "driver": driver, "pool": "n1", "device": device}]}}});
+                    {"request": "r", "driver": driver, "pool": "n1", "device": device}]}},
+                    "reservedFor": [{"resource": "pods", "name": pod, "uid": pod}]});
             }
             serde_json::from_value(c).expect("a claim")
         };
@@ -861,12 +876,14 @@ mod tests {
         let claims = [
             claim("two", "gpu.nvidia.com", None),
             claim("nics", "nic.example.com", None),
-            claim("held", "gpu.nvidia.com", Some("gpu-1")),
+            claim("held", "gpu.nvidia.com", Some(("gpu-1", "holds-one"))),
+            // Its pod is gone (the claim not collected yet): its device is free again.
+            claim("left-over", "gpu.nvidia.com", Some(("gpu-0", "gone"))),
             constrained,
         ];
         let pod = |name: &str, claim: &str, gated: bool| -> Pod {
             let mut p = json!({
-                "metadata": {"name": name, "namespace": "fabrik-a",
+                "metadata": {"name": name, "namespace": "fabrik-a", "uid": name,
                     "labels": {(fabrik_api::LABEL_TENANT): "a"}},
                 "spec": {"resourceClaims": [{"name": "c", "resourceClaimName": claim}],
                     "containers": [{"name": "main", "resources": {"claims": [{"name": "c"}]}}]},

@@ -189,8 +189,8 @@ pub fn node_agent_drivers(slices: &[ResourceSlice]) -> BTreeSet<String> {
 }
 
 /// The devices of `drivers` that allocated claims hold, `(pool, device)`: in use by them.
-pub fn allocated_devices(
-    claims: &[ResourceClaim],
+pub fn allocated_devices<'c>(
+    claims: impl IntoIterator<Item = &'c ResourceClaim>,
     drivers: &BTreeSet<String>,
 ) -> Vec<(String, String)> {
     let mut out = Vec::new();
