@@ -54,6 +54,9 @@ pub const SOON: i128 = 60 * 1_000_000_000;
 /// plans again (so that one demand is not served twice).
 const SETTLE: Duration = Duration::from_secs(2);
 
+/// The most GPUs a node's `fabrik.dev/gpu-count` label may say for the queue to lay it out.
+const MAX_GPUS_PER_NODE: u32 = 256;
+
 /// Units of each GPU resource.
 type Units = BTreeMap<String, i64>;
 
@@ -94,7 +97,8 @@ pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
     let labels = node.metadata.labels.as_ref()?;
     let model = fabrik_gpu::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
     let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
-    if count == 0 {
+    // A label no node agent writes (no node has hundreds of GPUs) is not trusted.
+    if count == 0 || count > MAX_GPUS_PER_NODE {
         return None;
     }
     // Devices counted from `allocatable` (no slice) carry no UUID and no real GPU index.
