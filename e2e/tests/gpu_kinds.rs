@@ -33,7 +33,13 @@ fn a_tenant_requests_whole_gpus_and_mig_instances_by_nvidias_names() {
     let k = kubectls().pop().expect("a kubectl");
     let run = || -> Result<()> {
         let host = f.kubeconfig();
-        let names = kc_ok(&k, &host, &["get", "nodes", "-o", "name"])?;
+        // The simulated nodes register a moment after `fabrik up` answers.
+        let mut names = String::new();
+        poll_until("the two simulated nodes registered", WAIT, || {
+            names = kc_ok(&k, &host, &["get", "nodes", "-o", "name"])?;
+            Ok(names.lines().count() == 2)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {names:?}"))?;
         let nodes: Vec<&str> = names
             .lines()
             .filter_map(|l| l.strip_prefix("node/"))
