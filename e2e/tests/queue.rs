@@ -599,11 +599,15 @@ fn an_idle_mig_node_is_made_whole_for_an_8_gpu_pod() {
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
     let run = || -> Result<()> {
-        let node = kc_ok(
-            &k,
-            &host,
-            &["get", "nodes", "-o", "jsonpath={.items[0].metadata.name}"],
-        )?;
+        // The simulated node registers a moment after `fabrik up` answers.
+        let mut node = String::new();
+        poll_until("the simulated node registered", WAIT, || {
+            node = kc_ok(&k, &host, &["get", "nodes", "-o", "name"])?
+                .trim()
+                .trim_start_matches("node/")
+                .to_string();
+            Ok(!node.is_empty())
+        })?;
         kc_ok(
             &k,
             &host,
