@@ -221,6 +221,17 @@ impl<'a> Planner<'a> {
             .is_none_or(|key| *key == w.key.as_str())
     }
 
+    /// The nodes that may be laid out for `w`'s `resource`, with how much of it one unit the
+    /// plan lays out there makes.
+    fn layable(&self, w: &Waiting, resource: &str) -> Vec<(usize, i64)> {
+        self.laid
+            .iter()
+            .enumerate()
+            .filter(|(n, _)| self.usable(*n, w))
+            .filter_map(|(n, g)| Some((n, g.as_ref()?.per_unit(resource)?)))
+            .collect()
+    }
+
     /// Whether GPU `g` may be spared for another kind: idle, and nobody waits for what it
     /// offers beyond what is free elsewhere.
     fn spare(&self, g: &Gpu, resource: &str) -> bool {
@@ -245,14 +256,7 @@ impl<'a> Planner<'a> {
         }
         // (GPUs to lay out, free of the kind there already less, spare GPUs there, node)
         let mut best: Option<(usize, i64, usize, usize)> = None;
-        for (n, g) in self.laid.iter().enumerate() {
-            let Some(g) = g else { continue };
-            if !self.usable(n, w) {
-                continue;
-            }
-            let Some(per_unit) = g.per_unit(resource) else {
-                continue;
-            };
+        for (n, per_unit) in self.layable(w, resource) {
             let have = units(&self.free[n], resource);
             let wanted = if have >= pod { short } else { pod - have };
             let needed = usize::try_from((wanted.max(1) + per_unit - 1) / per_unit).unwrap_or(0);
@@ -313,14 +317,7 @@ impl<'a> Planner<'a> {
         }
         // (devices in use, when freed, GPUs, node, the GPUs)
         let mut cheapest: Option<(i64, i128, usize, usize, Vec<usize>)> = None;
-        for (n, g) in self.laid.iter().enumerate() {
-            let Some(g) = g else { continue };
-            if !self.usable(n, w) {
-                continue;
-            }
-            let Some(per_unit) = g.per_unit(resource) else {
-                continue;
-            };
+        for (n, per_unit) in self.layable(w, resource) {
             let gpus = &self.gpus;
             let mut mine: Vec<usize> = (0..gpus.len())
                 .filter(|&i| {
