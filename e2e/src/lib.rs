@@ -20,6 +20,7 @@ pub mod oidc;
 pub mod procfs;
 pub mod raw;
 pub mod real_host;
+pub mod seeded;
 pub mod webhook;
 
 /// How long a process the tests start (fabrik, etcd, a host control plane) may take to serve.

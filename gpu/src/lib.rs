@@ -7,7 +7,8 @@
 //!   and its resolution against the GPUs; [`sharing`]: what a container gets for a shared slice.
 //! * [`placement`]: GPU-aware placement of pods on nodes (devices, NUMA, NVLink, claims,
 //!   affinity, gangs); [`queue`]: one decision of the control plane's GPU queue (fair shares,
-//!   borrowing, reclaim). Product code: the queue controller runs it on real hosts.
+//!   borrowing, reclaim), and [`queue::layouts`]: the GPU layouts that follow its demand.
+//!   Product code: the queue controller runs both on real hosts.
 //! * [`metering`]: the GPU-second metering model, its OpenCost export and the wire format of
 //!   the counters nodes publish and the control plane sums.
 //! * [`quantity`]: resource quantities as the placement counts them.

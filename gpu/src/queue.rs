@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use crate::placement::fit;
 use crate::placement::model::{NodeView, PodRequest};
 
+pub mod layouts;
+
 /// Requests or holdings per host GPU resource.
 pub type Gpus = BTreeMap<String, i64>;
 
@@ -121,6 +123,13 @@ pub struct Admitted {
     /// Whether a PodDisruptionBudget allows none of its pods to go now: it is never chosen to
     /// be preempted (reclaim takes others, or waits).
     pub protected: bool,
+}
+
+impl Admitted {
+    /// What its pods hold in all: their requests, and what their ResourceClaims take.
+    pub fn gpus(&self) -> Gpus {
+        sum(self.pods.iter().map(|p| &p.request))
+    }
 }
 
 /// Platform-wide settings.
@@ -503,7 +512,7 @@ fn books(input: &Input) -> Books<'_> {
         pending: BTreeMap::new(),
     };
     for a in &input.admitted {
-        for (r, n) in sum(a.pods.iter().map(|p| &p.request)) {
+        for (r, n) in a.gpus() {
             *books
                 .held
                 .entry(a.tenant.clone())
@@ -859,7 +868,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .admitted
         .iter()
         .filter(|a| a.backfill)
-        .map(|a| (a.tenant.as_str(), sum(a.pods.iter().map(|p| &p.request))));
+        .map(|a| (a.tenant.as_str(), a.gpus()));
     let by_key: BTreeMap<&str, &Waiting> =
         input.waiting.iter().map(|w| (w.key.as_str(), w)).collect();
     let now_backfilled = run
@@ -1190,7 +1199,7 @@ impl Holders {
     fn of(input: &Input, admit: &[Admission]) -> Holders {
         let mut out: BTreeMap<String, Vec<(i32, i128, i128, Gpus)>> = BTreeMap::new();
         for a in &input.admitted {
-            let gpus = sum(a.pods.iter().map(|p| &p.request));
+            let gpus = a.gpus();
             out.entry(a.tenant.clone()).or_default().push((
                 a.priority,
                 a.arrival,
@@ -1366,7 +1375,7 @@ fn reclaim(
     // What each borrower holds beyond its fair share, per resource, as preemption shrinks it.
     let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
     for a in &input.admitted {
-        for r in sum(a.pods.iter().map(|p| &p.request)).keys() {
+        for r in a.gpus().keys() {
             over.entry((a.tenant.clone(), r.clone()))
                 .or_insert_with(|| books.held(&a.tenant, r) - fair_of(&a.tenant, r));
         }
@@ -1442,11 +1451,7 @@ fn reclaim(
                 .iter()
                 .filter(|a| !a.leaving && a.tenant != *tenant && !taken.contains(&a.key))
                 .filter(|a| !a.protected && !ending(a))
-                .filter(|a| {
-                    sum(a.pods.iter().map(|p| &p.request))
-                        .keys()
-                        .any(|r| gpus.contains_key(r))
-                })
+                .filter(|a| a.gpus().keys().any(|r| gpus.contains_key(r)))
                 .collect();
             // Backfill first: it was admitted on that understanding.
             victims.sort_by_key(|a| {
@@ -1575,7 +1580,7 @@ fn drain(
         .sum();
     let cheaper_to_wait = |a: &Admitted| {
         a.ends_by.is_some_and(|end| {
-            let done = sum(a.pods.iter().map(|p| &p.request)).values().sum::<i64>();
+            let done = a.gpus().values().sum::<i64>();
             (end - input.now).max(0).saturating_mul(i128::from(idle))
                 <= (input.now - a.admitted_at)
                     .max(0)

@@ -14,7 +14,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use fabrik_gpu::queue::{Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
+use fabrik_gpu::queue::{layouts, Admitted, Gpus, HeldPod, Input, TenantQueue, Waiting, HOSTNAME};
 
 /// A tenant's queue settings from its spec; `resources` are the host resources of its kinds.
 pub fn tenant_queue(tenant: &Tenant, resources: Vec<String>) -> TenantQueue {
@@ -218,17 +218,6 @@ pub fn capacity(nodes: &[Node], views: &[NodeView]) -> Gpus {
     out
 }
 
-/// Whether a node's GPU layout is being changed: its node agent reports the layout `pending`
-/// (waiting for busy GPUs, or part way through its steps).
-pub fn relayout_pending(node: &Node) -> bool {
-    node.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS))
-        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
-        .is_some_and(|s| s["state"] == "pending")
-}
-
 /// How many pods a PodDisruptionBudget lets go now: its status where a disruption controller
 /// keeps it (a real host), else counted as the eviction subresource of Fabrik's own host
 /// counts it — from its `minAvailable` / `maxUnavailable` and the Ready pods it selects of
@@ -367,7 +356,7 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
     count_allocatable(&mut views, nodes);
     let capacity = capacity(nodes, &views);
     for (view, node) in views.iter_mut().zip(nodes) {
-        match super::layouts::node_gpus(node, view) {
+        match layouts::node_gpus(node, view) {
             // GPUs being laid out anew take no new work (their node agent stops offering one
             // that waits for its pods; this covers the moment before it answers).
             Some(gpus) if gpus.seen => {
@@ -378,7 +367,7 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
                 }
             }
             // A node not seen GPU by GPU takes nothing new while its layout changes.
-            _ if relayout_pending(node) => view.schedulable = false,
+            _ if layouts::relayout_pending(node) => view.schedulable = false,
             _ => {}
         }
     }

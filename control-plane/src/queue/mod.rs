@@ -25,7 +25,6 @@
 //! the host's objects on every change, so a new leader needs no hand-over.
 
 pub mod input;
-pub mod layouts;
 pub mod wait;
 
 use std::collections::BTreeMap;
@@ -44,7 +43,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use fabrik_gpu::queue::{self as decide, Decision, Policy, Reservation};
+use fabrik_gpu::queue::{self as decide, layouts, Decision, Policy, Reservation};
 
 /// Settings of the queue controller.
 #[derive(Clone, Debug)]
@@ -603,8 +602,8 @@ async fn pass(
         None => settings.policy.clone(),
     };
     let mut decision = decide::decide(&input, &policy);
-    // Backfill alone keeping GPUs from their new layout goes first.
-    for p in layouts::backfill_in_the_way(&input, &nodes) {
+    // Backfill, and borrowers owed to a guarantee, alone keeping GPUs from their new layout go.
+    for p in layouts::in_the_way(&input, &nodes, &policy, &decision.limited) {
         if !decision.preempt.iter().any(|q| q.key == p.key) {
             decision.preempt.push(p);
         }
@@ -634,7 +633,9 @@ async fn pass(
         {
             Ok(_) => {
                 state.ok(&what);
-                state.repartitioned.note(node, change.gpus.keys().copied());
+                state
+                    .repartitioned
+                    .note(node, change.gpus.keys().copied(), input.now);
                 let gpus: Vec<String> = change
                     .gpus
                     .iter()

@@ -50,17 +50,7 @@ impl Freed {
         let held: BTreeMap<String, Gpus> = input
             .admitted
             .iter()
-            .map(|a| {
-                let mut gpus = Gpus::new();
-                for p in &a.pods {
-                    for (r, n) in &p.request.requests {
-                        if fabrik_api::is_host_gpu_resource(r) {
-                            *gpus.entry(r.clone()).or_insert(0) += n;
-                        }
-                    }
-                }
-                (a.key.clone(), gpus)
-            })
+            .map(|a| (a.key.clone(), a.gpus()))
             .collect();
         for (key, gpus) in &self.held {
             if !held.contains_key(key) && !gpus.is_empty() {
@@ -240,5 +230,34 @@ mod tests {
         // More than the declaring runs hold: the rate (none yet).
         let said = freed.describe(&need(7), t0);
         assert!(said.starts_with("no estimated wait"), "{said}");
+    }
+
+    #[test]
+    fn gpus_held_through_resource_claims_count_as_freed_and_as_ending() {
+        let s = 1_000_000_000i128;
+        let t0 = Instant::now();
+        let mut freed = Freed::since(t0);
+        // A run whose pod asks for no GPU in its requests but holds 4 through a claim.
+        let mut run = admitted("claims", 0);
+        run.pods[0].request.requests.clear();
+        run.pods[0].request.claimed = [("nvidia.com/gpu".to_string(), 4)].into();
+        run.ends_by = Some(220 * s);
+        let mut input = Input {
+            admitted: vec![run],
+            now: 100 * s,
+            ..Default::default()
+        };
+        freed.observe(&input, t0);
+        let need: Gpus = [("nvidia.com/gpu".to_string(), 4)].into();
+        let said = freed.describe(&need, t0);
+        assert!(
+            said.starts_with("estimated wait about 2 min (when the runs"),
+            "{said}"
+        );
+        // Once it is gone, its 4 GPUs are what freed up lately.
+        input.admitted.clear();
+        freed.observe(&input, t0 + Duration::from_secs(60));
+        let said = freed.describe(&need, t0 + Duration::from_secs(120));
+        assert!(said.starts_with("estimated wait about 2 min"), "{said}");
     }
 }

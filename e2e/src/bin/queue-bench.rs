@@ -47,6 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
+use e2e::seeded::{wait_cell, Rng};
 use fabrik_gpu::placement::fit;
 use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
 use fabrik_gpu::queue::{
@@ -92,38 +93,6 @@ struct Args {
     /// The reclaim grace period of the last two queue runs, seconds.
     #[arg(long, default_value_t = 60)]
     reclaim_grace: u64,
-}
-
-/// xorshift64* seeded through splitmix64: small, deterministic, good enough for a workload.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^= z >> 31;
-        Rng(if z == 0 { 1 } else { z })
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.0 = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    /// Uniform in `lo..=hi` (modulo bias is negligible here).
-    fn range(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.next() % (hi - lo + 1)
-    }
-
-    /// A percentage roll: `0..100`.
-    fn pct(&mut self) -> u64 {
-        self.next() % 100
-    }
 }
 
 /// Job size classes, as reported.
@@ -791,40 +760,6 @@ impl<'a> Sim<'a> {
             s.within5_steps += 1;
         }
     }
-}
-
-/// Nearest-rank percentile of sorted `v`.
-fn percentile(v: &[u64], p: f64) -> u64 {
-    if v.is_empty() {
-        return 0;
-    }
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-/// `p50 / p99 / max` of waits, `≥` where jobs that never started (counted with the time they
-/// waited until the end) are among them.
-fn wait_cell(waits: &[(u64, bool)]) -> String {
-    if waits.is_empty() {
-        return "–".to_string();
-    }
-    let mut v: Vec<u64> = waits.iter().map(|(w, _)| *w).collect();
-    v.sort_unstable();
-    let censored_from = waits
-        .iter()
-        .filter(|(_, started)| !started)
-        .map(|(w, _)| *w)
-        .min();
-    let cell = |x: u64| match censored_from {
-        Some(c) if x >= c => format!("≥ {x}"),
-        _ => x.to_string(),
-    };
-    format!(
-        "{} / {} / {}",
-        cell(percentile(&v, 50.0)),
-        cell(percentile(&v, 99.0)),
-        cell(*v.last().expect("not empty"))
-    )
 }
 
 fn pct(x: f64) -> String {

@@ -4,8 +4,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use fabrik_gpu::layout::GpuLayout;
-use fabrik_gpu::queue::{Input, Waiting};
+use crate::layout::GpuLayout;
+use crate::queue::{Input, Waiting};
 use k8s_openapi::api::core::v1::Node;
 
 use super::{gpu_layout_for, layout_text, node_gpus, units, Change, NodeGpus, Recent, Units};
@@ -62,11 +62,11 @@ pub fn plan(
     drain_after: i128,
     limited: &BTreeSet<String>,
 ) -> Vec<Change> {
-    if recent.settling() {
+    if recent.settling(input.now) {
         return Vec::new();
     }
     let mut p = Planner::new(input, nodes, recent, limited);
-    let draining = nodes.iter().any(super::super::input::relayout_pending);
+    let draining = nodes.iter().any(super::relayout_pending);
     let mut drained = false;
     // A tenant's work of one kind and pod size that found no room finds none later in this
     // decision either, until GPUs are laid out (the waiting are many under backlog).
@@ -183,12 +183,8 @@ impl<'a> Planner<'a> {
         let mut held: BTreeMap<&str, Units> = BTreeMap::new();
         for a in &input.admitted {
             let h = held.entry(a.tenant.as_str()).or_default();
-            for p in &a.pods {
-                for (r, n) in p.request.requests.iter().chain(&p.request.claimed) {
-                    if fabrik_api::is_host_gpu_resource(r) {
-                        *h.entry(r.clone()).or_insert(0) += n;
-                    }
-                }
+            for (r, n) in a.gpus() {
+                *h.entry(r).or_insert(0) += n;
             }
         }
         let reserved = input
@@ -459,7 +455,11 @@ fn candidates(
         }
         if !g.seen {
             // All of its GPUs as one, when none is being changed or held.
-            if !g.changing.is_empty() || g.desired.keys().any(|&i| recent.held(names[n], i)) {
+            if !g.changing.is_empty()
+                || g.desired
+                    .keys()
+                    .any(|&i| recent.held(names[n], i, input.now))
+            {
                 continue;
             }
             let mut offers = Units::new();
@@ -482,7 +482,7 @@ fn candidates(
             continue;
         }
         for (&index, offers) in &g.have {
-            if g.changing.contains(&index) || recent.held(names[n], index) {
+            if g.changing.contains(&index) || recent.held(names[n], index, input.now) {
                 continue;
             }
             gpus.push(Gpu {

@@ -12,14 +12,15 @@
 //! then from GPUs of kinds offered beyond their guarantees only — busy GPUs are laid out for
 //! it and drain: the node agent stops offering a GPU whose change waits for its pods (as it
 //! does an unhealthy one), so no new work goes there, its runs end, and the change applies.
-//! Runs admitted in queue order are not preempted for it. The GPUs chosen are those freed
-//! soonest (fewest devices in use, runs that declare the earliest end), on one node; one drain
-//! at a time ([`plan`]).
+//! The GPUs chosen are those freed soonest (fewest devices in use, runs that declare the
+//! earliest end), on one node; one drain at a time ([`plan`]).
 //!
-//! A GPU that waits only for backfill (runs admitted on GPUs nothing else could use then, the
-//! first to be preempted) is not left waiting: the backfill is preempted
-//! ([`backfill_in_the_way`]), unless a PodDisruptionBudget protects it or it declares an end
-//! within [`SOON`].
+//! A GPU that waits only for runs that may be preempted is not left waiting ([`in_the_way`]):
+//! backfill (runs admitted on GPUs nothing else could use then), and — when the GPU is laid
+//! out for a kind a tenant waits for below its guarantee — runs of tenants holding more of
+//! their own kind than they are guaranteed (reclaim across kinds), unless a
+//! PodDisruptionBudget protects them or they declare an end within [`SOON`]. Other runs
+//! admitted in queue order are never preempted for a layout: the GPU waits for them to end.
 //!
 //! A GPU re-laid out here is left alone for [`HOLD`], so that two demands cannot toss it
 //! between them; after a write the queue waits for the node to show it before planning more.
@@ -30,29 +31,28 @@
 //! here.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
 
-use fabrik_gpu::device::GpuInfo;
-use fabrik_gpu::layout::{self, GpuLayout, Layout, SharedSlice};
-use fabrik_gpu::placement::model::NodeView;
-use fabrik_gpu::profiles::GpuModel;
-use fabrik_gpu::queue::{Admitted, Input, Preemption};
+use crate::device::GpuInfo;
+use crate::layout::{self, GpuLayout, Layout, SharedSlice};
+use crate::placement::model::NodeView;
+use crate::profiles::GpuModel;
+use crate::queue::{Admitted, Input, Policy, Preemption};
 use k8s_openapi::api::core::v1::Node;
 
 mod plan;
 
 pub use plan::plan;
 
-/// How long a GPU re-laid out here is not re-laid out again.
-pub const HOLD: Duration = Duration::from_secs(60);
+/// How long a GPU re-laid out here is not re-laid out again, in nanoseconds.
+pub const HOLD: i128 = 60 * 1_000_000_000;
 
 /// A backfill run declared to end within this is left to end rather than preempted for a
 /// layout, in nanoseconds.
 pub const SOON: i128 = 60 * 1_000_000_000;
 
 /// After a layout is written, how long the queue waits for the node to show it before it
-/// plans again (so that one demand is not served twice).
-const SETTLE: Duration = Duration::from_secs(2);
+/// plans again (so that one demand is not served twice), in nanoseconds.
+const SETTLE: i128 = 2 * 1_000_000_000;
 
 /// The most GPUs a node's `fabrik.dev/gpu-count` label may say for the queue to lay it out.
 const MAX_GPUS_PER_NODE: u32 = 256;
@@ -95,7 +95,7 @@ impl NodeGpus {
 /// and its layout is valid and not of NVIDIA's single MIG strategy.
 pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
     let labels = node.metadata.labels.as_ref()?;
-    let model = fabrik_gpu::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
+    let model = crate::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
     let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
     // A label no node agent writes (no node has hundreds of GPUs) is not trusted.
     if count == 0 || count > MAX_GPUS_PER_NODE {
@@ -120,7 +120,7 @@ pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
         offers.insert(i, target.resources());
     }
     let mut have: BTreeMap<u32, Units> = BTreeMap::new();
-    if !seen && !super::input::relayout_pending(node) {
+    if !seen && !relayout_pending(node) {
         have = offers.clone();
     }
     for d in view.devices.iter().filter(|_| seen) {
@@ -146,6 +146,17 @@ pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
         have,
         changing,
     })
+}
+
+/// Whether a node's GPU layout is being changed: its node agent reports the layout `pending`
+/// (waiting for busy GPUs, or part way through its steps).
+pub fn relayout_pending(node: &Node) -> bool {
+    node.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS))
+        .and_then(|s| serde_json::from_str::<serde_json::Value>(s).ok())
+        .is_some_and(|s| s["state"] == "pending")
 }
 
 /// How one GPU of `model` is laid out to offer `resource`, and how many of it that makes.
@@ -212,28 +223,28 @@ fn layout_text(gpus: &NodeGpus, changes: &BTreeMap<u32, GpuLayout>) -> Option<St
     .ok()
 }
 
-/// Remembers the GPUs re-laid out here, and when the last layout was written.
+/// Remembers the GPUs re-laid out here, and when the last layout was written (the queue's
+/// clock: nanoseconds since the epoch, as [`Input::now`]).
 #[derive(Default)]
 pub struct Recent {
-    gpus: BTreeMap<(String, u32), Instant>,
-    written: Option<Instant>,
+    gpus: BTreeMap<(String, u32), i128>,
+    written: Option<i128>,
 }
 
 impl Recent {
-    fn held(&self, node: &str, gpu: u32) -> bool {
+    fn held(&self, node: &str, gpu: u32, now: i128) -> bool {
         self.gpus
             .get(&(node.to_string(), gpu))
-            .is_some_and(|at| at.elapsed() < HOLD)
+            .is_some_and(|at| now - at < HOLD)
     }
 
-    fn settling(&self) -> bool {
-        self.written.is_some_and(|at| at.elapsed() < SETTLE)
+    fn settling(&self, now: i128) -> bool {
+        self.written.is_some_and(|at| now - at < SETTLE)
     }
 
-    /// Notes that `gpus` of `node` were re-laid out now.
-    pub fn note(&mut self, node: &str, gpus: impl IntoIterator<Item = u32>) {
-        self.gpus.retain(|_, at| at.elapsed() < HOLD);
-        let now = Instant::now();
+    /// Notes that `gpus` of `node` were re-laid out at `now`.
+    pub fn note(&mut self, node: &str, gpus: impl IntoIterator<Item = u32>, now: i128) {
+        self.gpus.retain(|_, at| now - *at < HOLD);
         for g in gpus {
             self.gpus.insert((node.to_string(), g), now);
         }
@@ -273,19 +284,62 @@ pub fn laying_out<'n>(
     })
 }
 
-/// The backfill to preempt so that GPUs waiting for a new layout get it: on every GPU a node
-/// agent reports waiting for its pods (`waitingFor` in its layout status), when each pod there
-/// belongs to a backfill workload that no PodDisruptionBudget protects and that declares no end
-/// within [`SOON`]. Whole workloads, each once.
-pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
+/// The runs to preempt so that GPUs waiting for a new layout get it: on every GPU a node agent
+/// reports waiting for its pods (`waitingFor` in its layout status), when every run there may
+/// go — whole workloads, each once, none a PodDisruptionBudget protects now, none declared to
+/// end within [`SOON`]:
+///
+/// * **backfill** (runs admitted on GPUs nothing else could use then, the first to be
+///   preempted);
+/// * **borrowed runs, across kinds**: when the GPU is being laid out for a kind that a tenant
+///   waits for below its guarantee (past the policy's reclaim grace, and not refused by its
+///   own limits: `limited`), a run of a tenant holding more of its kind than it is guaranteed
+///   goes, as long as its tenant keeps its guarantee — reclaim as [`super::decide`] does it
+///   within one kind, here for a guarantee of another kind. Not when the policy turns reclaim
+///   off.
+pub fn in_the_way(
+    input: &Input,
+    nodes: &[Node],
+    policy: &Policy,
+    limited: &BTreeSet<String>,
+) -> Vec<Preemption> {
     let mut by_pod: BTreeMap<(&str, &str), &Admitted> = BTreeMap::new();
+    let mut held: BTreeMap<(&str, String), i64> = BTreeMap::new();
     for a in &input.admitted {
         for p in &a.pods {
             by_pod.insert((p.request.namespace.as_str(), p.request.name.as_str()), a);
         }
+        for (r, n) in a.gpus() {
+            *held.entry((a.tenant.as_str(), r)).or_insert(0) += n;
+        }
+    }
+    let guarantee = |tenant: &str, r: &str| {
+        input
+            .tenants
+            .iter()
+            .find(|t| t.name == tenant)
+            .map_or(0, |t| t.guaranteed(r))
+    };
+    // The kinds some tenant waits for below its guarantee, and the first such tenant.
+    let mut owed: BTreeMap<String, &str> = BTreeMap::new();
+    if policy.reclaim {
+        for w in &input.waiting {
+            if limited.contains(&w.key) || input.now - w.arrival < policy.reclaim_grace {
+                continue;
+            }
+            for (r, n) in w.gpus() {
+                let has = held
+                    .get(&(w.tenant.as_str(), r.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                if n > 0 && has + n <= guarantee(&w.tenant, &r) {
+                    owed.entry(r).or_insert(w.tenant.as_str());
+                }
+            }
+        }
     }
     let mut out: Vec<Preemption> = Vec::new();
-    for node in nodes {
+    for (node, view) in nodes.iter().zip(&input.nodes) {
         let Some(name) = node.metadata.name.as_deref() else {
             continue;
         };
@@ -304,6 +358,7 @@ pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
         let Some(waiting) = status["waitingFor"].as_object() else {
             continue;
         };
+        let laid = node_gpus(node, view);
         for (gpu, pods) in waiting {
             let holders: Option<Vec<&Admitted>> = pods
                 .as_array()
@@ -314,31 +369,62 @@ pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
                     by_pod.get(&(ns, pod)).copied()
                 })
                 .collect();
-            let Some(holders) = holders.filter(|h| !h.is_empty()) else {
+            let Some(mut holders) = holders.filter(|h| !h.is_empty()) else {
                 continue;
             };
-            let preemptible = |a: &Admitted| {
-                a.backfill
-                    && !a.protected
-                    && !a.leaving
-                    && a.ends_by.is_none_or(|end| end - input.now > SOON)
-            };
-            if !holders.iter().all(|a| preemptible(a)) {
-                continue;
-            }
-            for a in holders {
-                if out.iter().any(|p| p.key == a.key) {
+            let mut seen = BTreeSet::new();
+            holders.retain(|a| !out.iter().any(|p| p.key == a.key) && seen.insert(a.key.clone()));
+            // What the GPU is being laid out for, if a tenant is owed it.
+            let owner = gpu
+                .parse::<u32>()
+                .ok()
+                .and_then(|g| laid.as_ref()?.offers.get(&g))
+                .and_then(|offers| offers.keys().find_map(|r| Some((r, *owed.get(r)?))));
+            let mut left = held.clone();
+            let mut why = Vec::new();
+            for a in &holders {
+                if a.protected || a.leaving || a.ends_by.is_some_and(|end| end - input.now <= SOON)
+                {
+                    break;
+                }
+                if a.backfill {
+                    why.push(format!(
+                        "it ran as backfill on GPU {gpu} of node {name}, which is being laid out \
+                         anew for waiting work"
+                    ));
                     continue;
                 }
+                let Some((kind, tenant)) = owner else { break };
+                let gpus = a.gpus();
+                let keeps = gpus.iter().all(|(r, n)| {
+                    left.get(&(a.tenant.as_str(), r.clone()))
+                        .copied()
+                        .unwrap_or(0)
+                        - n
+                        >= guarantee(&a.tenant, r)
+                });
+                if !keeps {
+                    break;
+                }
+                for (r, n) in gpus {
+                    *left.entry((a.tenant.as_str(), r)).or_insert(0) -= n;
+                }
+                why.push(format!(
+                    "GPU {gpu} of node {name} is being laid out for {kind}, which tenant \
+                     {tenant} waits for below its guarantee, and this workload borrowed GPUs \
+                     beyond its own tenant's guarantee"
+                ));
+            }
+            if why.len() < holders.len() {
+                continue;
+            }
+            held = left;
+            for (a, why) in holders.into_iter().zip(why) {
                 out.push(Preemption {
                     key: a.key.clone(),
                     tenant: a.tenant.clone(),
                     pods: a.pods.iter().map(|p| p.request.name.clone()).collect(),
-                    message: format!(
-                        "preempted by Fabrik's GPU queue: it ran as backfill on GPU {gpu} of \
-                         node {name}, which is being laid out anew for waiting work and waits \
-                         only for backfill"
-                    ),
+                    message: format!("preempted by Fabrik's GPU queue: {why}"),
                 });
             }
         }
@@ -349,9 +435,9 @@ pub fn backfill_in_the_way(input: &Input, nodes: &[Node]) -> Vec<Preemption> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fabrik_gpu::placement::model::{GpuDevice, PodRequest};
-    use fabrik_gpu::queue::Admitted;
-    use fabrik_gpu::queue::Waiting;
+    use crate::placement::model::{GpuDevice, PodRequest};
+    use crate::queue::Admitted;
+    use crate::queue::Waiting;
 
     const S: i128 = 1_000_000_000;
     const MIG: &str = "nvidia.com/mig-1g.18gb";
@@ -371,7 +457,7 @@ mod tests {
                 l.to_string(),
             )]));
         }
-        let model = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        let model = crate::profiles::model("H200-141GB").expect("model");
         let per_gpu = layout
             .map(|l| layout::parse(l).expect("layout"))
             .unwrap_or(Layout::Whole {})
@@ -446,7 +532,7 @@ mod tests {
 
     /// The layout `change` writes, resolved: the resources each GPU offers.
     fn offers(change: &Change) -> BTreeMap<u32, Units> {
-        let model = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        let model = crate::profiles::model("H200-141GB").expect("model");
         let gpus: Vec<GpuInfo> = (0..8).map(|i| GpuInfo::plain(i, model)).collect();
         let target =
             layout::resolve(&layout::parse(&change.layout).expect("parses"), &gpus).expect("valid");
@@ -527,12 +613,12 @@ mod tests {
         );
         // A GPU re-laid out lately is not touched again.
         let mut recent = Recent::default();
-        recent.note("n1", [6, 7]);
+        recent.note("n1", [6, 7], 0);
         recent.written = None;
         assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
         // Nor is anything planned while a write settles.
         let mut recent = Recent::default();
-        recent.note("n9", [0]);
+        recent.note("n9", [0], inp.now - SETTLE + 1);
         assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
     }
 
@@ -550,7 +636,7 @@ mod tests {
             .map(|g| Admitted {
                 tenant: "busy".into(),
                 key: format!("ns/run-{g}"),
-                pods: vec![fabrik_gpu::queue::HeldPod {
+                pods: vec![crate::queue::HeldPod {
                     request: PodRequest::default(),
                     node: "n1".into(),
                     devices: vec![format!("gpu-{g}-nvidia.com/gpu-0")],
@@ -592,7 +678,7 @@ mod tests {
         let mixed =
             r#"{"mode": "mixed", "perGpu": {"7": {"mode": "mig", "geometry": "all-1g.18gb"}}}"#;
         let busy: Vec<(u32, i64)> = (0..8).map(|g| (g, if g == 7 { 7 } else { 1 })).collect();
-        let tenant = |name: &str, r: &str, g: i64| fabrik_gpu::queue::TenantQueue {
+        let tenant = |name: &str, r: &str, g: i64| crate::queue::TenantQueue {
             name: name.into(),
             resources: vec![r.to_string()],
             guarantee: Some(g),
@@ -601,7 +687,7 @@ mod tests {
         let admitted = vec![Admitted {
             tenant: "infer".into(),
             key: "ns/serve".into(),
-            pods: vec![fabrik_gpu::queue::HeldPod {
+            pods: vec![crate::queue::HeldPod {
                 request: PodRequest {
                     requests: BTreeMap::from([(MIG.to_string(), 7)]),
                     ..Default::default()
@@ -785,7 +871,7 @@ mod tests {
         let run = |key: &str, backfill: bool| Admitted {
             tenant: "t".into(),
             key: format!("ns/{key}"),
-            pods: vec![fabrik_gpu::queue::HeldPod {
+            pods: vec![crate::queue::HeldPod {
                 request: PodRequest {
                     namespace: "ns".into(),
                     name: key.into(),
@@ -816,15 +902,25 @@ mod tests {
             ..Default::default()
         };
         let keys = |inp: &Input, n: &Node| -> Vec<String> {
-            backfill_in_the_way(inp, std::slice::from_ref(n))
-                .into_iter()
-                .map(|p| p.key)
-                .collect()
+            in_the_way(
+                inp,
+                std::slice::from_ref(n),
+                &Policy::default(),
+                &BTreeSet::new(),
+            )
+            .into_iter()
+            .map(|p| p.key)
+            .collect()
         };
         // GPU 2 waits for backfill only: it goes (once). GPU 3 also waits for a run admitted
         // in queue order, GPU 4 for a pod the queue does not know: left alone.
         assert_eq!(keys(&inp, &n), vec!["ns/fill"]);
-        let p = &backfill_in_the_way(&inp, std::slice::from_ref(&n))[0];
+        let p = &in_the_way(
+            &inp,
+            std::slice::from_ref(&n),
+            &Policy::default(),
+            &BTreeSet::new(),
+        )[0];
         assert!(p.message.contains("GPU 2 of node n1"), "{}", p.message);
         // Not when a budget protects it, nor when it declares an end within a minute.
         inp.admitted[0].protected = true;
@@ -840,8 +936,104 @@ mod tests {
     }
 
     #[test]
+    fn borrowers_in_the_way_of_a_kind_owed_to_a_guarantee_are_preempted_keeping_their_own() {
+        use crate::queue::TenantQueue;
+        let run = |tenant: &str, key: &str, resource: &str, n: i64| Admitted {
+            tenant: tenant.into(),
+            key: format!("ns/{key}"),
+            pods: vec![crate::queue::HeldPod {
+                request: PodRequest {
+                    namespace: "ns".into(),
+                    name: key.into(),
+                    requests: BTreeMap::from([(resource.to_string(), n)]),
+                    ..Default::default()
+                },
+                node: "n1".into(),
+                devices: Vec::new(),
+            }],
+            priority: 0,
+            admitted_at: 0,
+            arrival: 0,
+            leaving: false,
+            backfill: false,
+            ends_by: None,
+            protected: false,
+        };
+        let queue = |name: &str, resource: &str, guarantee: i64| TenantQueue {
+            name: name.into(),
+            resources: vec![resource.into()],
+            guarantee: Some(guarantee),
+            borrowing_limit: 100,
+            weight: 1,
+            ..Default::default()
+        };
+        // n1 is to be all whole; GPUs 2 and 3 still carry `infer`'s MIG runs. `infer` is
+        // guaranteed one instance and holds two; `train` is guaranteed 4 GPUs, holds none and
+        // waits for 2.
+        let (mut n, view) = node("n1", None, &[]);
+        n.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::ANNOTATION_GPU_LAYOUT_STATUS.to_string(),
+            serde_json::json!({"state": "pending", "waitingGpus": [2, 3],
+                "waitingFor": {"2": ["ns/a"], "3": ["ns/b"]}})
+            .to_string(),
+        )]));
+        let mut train = waiting("ns/train", fabrik_api::RESOURCE_GPU, 2, 1, 0);
+        train.tenant = "train".into();
+        let mut inp = Input {
+            tenants: vec![
+                queue("infer", MIG, 1),
+                queue("train", fabrik_api::RESOURCE_GPU, 4),
+            ],
+            nodes: vec![view],
+            admitted: vec![run("infer", "a", MIG, 1), run("infer", "b", MIG, 1)],
+            waiting: vec![train],
+            now: 100 * S,
+            ..Default::default()
+        };
+        let none = BTreeSet::new();
+        let keys = |inp: &Input, policy: &Policy, limited: &BTreeSet<String>| -> Vec<String> {
+            in_the_way(inp, std::slice::from_ref(&n), policy, limited)
+                .into_iter()
+                .map(|p| p.key)
+                .collect()
+        };
+        let policy = Policy::default();
+        // One goes; the other is `infer`'s guarantee and stays.
+        assert_eq!(keys(&inp, &policy, &none), vec!["ns/a"]);
+        let p = &in_the_way(&inp, std::slice::from_ref(&n), &policy, &none)[0];
+        assert!(
+            p.message.contains("laid out for nvidia.com/gpu")
+                && p.message
+                    .contains("tenant train waits for below its guarantee"),
+            "{}",
+            p.message
+        );
+        // Not with reclaim off, not within the reclaim grace, not for work its own limits
+        // refuse, not once `train` holds its guarantee.
+        let off = Policy {
+            reclaim: false,
+            ..Policy::default()
+        };
+        assert!(keys(&inp, &off, &none).is_empty());
+        let patient = Policy {
+            reclaim_grace: 200 * S,
+            ..Policy::default()
+        };
+        assert!(keys(&inp, &patient, &none).is_empty());
+        let limited = BTreeSet::from(["ns/train".to_string()]);
+        assert!(keys(&inp, &policy, &limited).is_empty());
+        inp.admitted
+            .push(run("train", "t", fabrik_api::RESOURCE_GPU, 3));
+        assert!(keys(&inp, &policy, &none).is_empty());
+        // Nor a run a budget protects.
+        inp.admitted.pop();
+        inp.admitted[0].protected = true;
+        assert_eq!(keys(&inp, &policy, &none), vec!["ns/b"]);
+    }
+
+    #[test]
     fn each_kind_has_a_gpu_layout_on_the_models_that_offer_it() {
-        let h200 = fabrik_gpu::profiles::model("H200-141GB").expect("model");
+        let h200 = crate::profiles::model("H200-141GB").expect("model");
         assert_eq!(gpu_layout_for(MIG, h200).map(|(_, n)| n), Some(7));
         assert_eq!(
             gpu_layout_for(fabrik_api::RESOURCE_GPU, h200).map(|(_, n)| n),
