@@ -411,6 +411,8 @@ struct Stats {
     alloc_sum: f64,
     /// Sum over backlog steps of the fraction of GPUs being laid out (offered to no one).
     changing_sum: f64,
+    /// Per tenant, sum over backlog steps of the fraction of the GPUs it holds.
+    tenant_sum: [f64; 4],
     /// Allocated fraction summed per time bucket, and the steps in each.
     buckets: Vec<(f64, u64)>,
     /// Layouts written, GPUs they re-laid out, and of those GPUs the ones busy (drained).
@@ -428,8 +430,8 @@ struct Stats {
     /// Jobs done, and the GPU-seconds of their work.
     done: u64,
     done_gpu_s: f64,
-    /// Per tenant: (wait in seconds, whether the job started).
-    waits: [Vec<(u64, bool)>; 4],
+    /// Per tenant and devices per pod: (wait in seconds, whether the job started).
+    waits: BTreeMap<(usize, i64), Vec<(u64, bool)>>,
 }
 
 fn timed(slot: &mut (u64, Duration, Duration), took: Duration) {
@@ -457,8 +459,9 @@ struct Sim<'a> {
     first_start: Vec<Option<u64>>,
     waiting: BTreeSet<usize>,
     running: BTreeSet<usize>,
-    /// GPU-equivalents held.
+    /// GPU-equivalents held, in all and per tenant.
     held_gpus: f64,
+    held_by: [f64; 4],
     reservations: Vec<Reservation>,
     recent: Recent,
     stats: Stats,
@@ -514,6 +517,7 @@ impl<'a> Sim<'a> {
             waiting: BTreeSet::new(),
             running: BTreeSet::new(),
             held_gpus: 0.0,
+            held_by: [0.0; 4],
             reservations: Vec::new(),
             recent: Recent::default(),
             stats: Stats::default(),
@@ -548,6 +552,7 @@ impl<'a> Sim<'a> {
         self.running_since[j] = Some((t, t + job.duration));
         self.first_start[j].get_or_insert(t);
         self.held_gpus += self.gpu_eq(j);
+        self.held_by[job.tenant] += self.gpu_eq(j);
     }
 
     /// Adds `by` to the use of the named devices of node `n`.
@@ -570,6 +575,7 @@ impl<'a> Sim<'a> {
             self.mark(n, &pod.devices, -1);
         }
         self.held_gpus -= self.gpu_eq(j);
+        self.held_by[self.jobs[j].tenant] -= self.gpu_eq(j);
     }
 
     /// The pods on each GPU of each node (for the node agents' layout status).
@@ -753,7 +759,11 @@ impl<'a> Sim<'a> {
                 Some(s) => (s - job.arrival, true),
                 None => (seconds - job.arrival, false),
             };
-            self.stats.waits[job.tenant].push(wait);
+            self.stats
+                .waits
+                .entry((job.tenant, job.devices))
+                .or_default()
+                .push(wait);
         }
         self.stats
     }
@@ -776,6 +786,9 @@ impl<'a> Sim<'a> {
         s.backlog_steps += 1;
         s.alloc_sum += alloc;
         s.changing_sum += changing as f64 / self.gpus as f64;
+        for (sum, held) in s.tenant_sum.iter_mut().zip(self.held_by) {
+            *sum += held / self.gpus as f64;
+        }
     }
 }
 
@@ -849,7 +862,7 @@ fn main() {
         let b = s.backlog_steps.max(1) as f64;
         let never: usize = s
             .waits
-            .iter()
+            .values()
             .map(|w| w.iter().filter(|(_, started)| !started).count())
             .sum();
         println!(
@@ -874,16 +887,55 @@ fn main() {
     let labels: Vec<&str> = results.iter().map(|(r, _)| r.label()).collect();
     println!("| tenant (kind) | jobs | {} |", labels.join(" | "));
     println!("|---|---|{}", "---|".repeat(labels.len()));
+    // Each tenant, then (where its pods differ in size) each size.
+    let sizes: BTreeSet<(usize, i64)> = results
+        .iter()
+        .flat_map(|(_, s)| s.waits.keys().copied())
+        .collect();
     for (i, (tenant, resource)) in TENANTS.iter().enumerate() {
-        let cells: Vec<String> = results
+        let mine: Vec<i64> = sizes
             .iter()
-            .map(|(_, s)| {
-                let never = s.waits[i].iter().filter(|(_, started)| !started).count();
-                format!("{} ({never})", wait_cell(&s.waits[i]))
-            })
+            .filter(|(t, _)| *t == i)
+            .map(|(_, d)| *d)
             .collect();
-        let jobs = results.first().map_or(0, |(_, s)| s.waits[i].len());
-        println!("| {tenant} ({resource}) | {jobs} | {} |", cells.join(" | "));
+        let mut rows = vec![(format!("{tenant} ({resource})"), None)];
+        if mine.len() > 1 {
+            rows.extend(
+                mine.iter()
+                    .map(|d| (format!("{tenant}, {d} per pod"), Some(*d))),
+            );
+        }
+        for (label, size) in rows {
+            let waits = |s: &Stats| -> Vec<(u64, bool)> {
+                s.waits
+                    .iter()
+                    .filter(|((t, d), _)| *t == i && size.is_none_or(|z| z == *d))
+                    .flat_map(|(_, w)| w.iter().copied())
+                    .collect()
+            };
+            let cells: Vec<String> = results
+                .iter()
+                .map(|(_, s)| {
+                    let w = waits(s);
+                    let never = w.iter().filter(|(_, started)| !started).count();
+                    format!("{} ({never})", wait_cell(&w))
+                })
+                .collect();
+            let jobs = results.first().map_or(0, |(_, s)| waits(s).len());
+            println!("| {label} | {jobs} | {} |", cells.join(" | "));
+        }
+    }
+    println!("\nEach tenant's mean share of the GPUs (GPU-equivalents) while jobs wait, %.\n");
+    println!("| run | {} |", TENANTS.map(|(t, _)| t).join(" | "));
+    println!("|---|{}", "---|".repeat(TENANTS.len()));
+    for (run, s) in &results {
+        let b = s.backlog_steps.max(1) as f64;
+        let cells: Vec<String> = s
+            .tenant_sum
+            .iter()
+            .map(|x| format!("{:.1}", x * 100.0 / b))
+            .collect();
+        println!("| {} | {} |", run.label(), cells.join(" | "));
     }
     let buckets = results.first().map_or(0, |(_, s)| s.buckets.len());
     let heads: Vec<String> = (0..buckets as u64)
