@@ -62,6 +62,27 @@ fn pods_of(k: &e2e::Kubectl, t: &std::path::Path, app: &str) -> Result<(usize, u
     Ok((bound, queued, preempted))
 }
 
+/// The messages of the preemption Events in a tenant.
+fn preemption_events(k: &e2e::Kubectl, t: &std::path::Path) -> Result<Vec<String>> {
+    let out = kc_ok(
+        k,
+        t,
+        &[
+            "get",
+            "events",
+            "--field-selector",
+            "reason=PreemptedByFairShare",
+            "-o",
+            "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
+        ],
+    )?;
+    Ok(out
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
 /// A Tenant's queue standing in `nvidia.com/gpu`: (admitted, borrowed, lent, fairShare).
 fn standing(f: &Fabrik, k: &e2e::Kubectl, tenant: &str) -> Result<(i64, i64, i64, i64)> {
     let host = f.data_dir().join("host.kubeconfig");
@@ -180,21 +201,9 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
             bail!("beta holds its 4 and 4 borrowed: {b:?}");
         }
         // Why, in the preempted tenant: an Event on each preempted pod.
-        let events = kc_ok(
-            &k,
-            &beta,
-            &[
-                "get",
-                "events",
-                "--field-selector",
-                "reason=PreemptedByFairShare",
-                "-o",
-                "jsonpath={range .items[*]}{.message}{\"\\n\"}{end}",
-            ],
-        )?;
-        let lines: Vec<&str> = events.lines().filter(|l| !l.is_empty()).collect();
+        let lines = preemption_events(&k, &beta)?;
         if lines.len() < 4 || !lines.iter().all(|l| l.contains("tenant alpha")) {
-            bail!("preemption events in beta: {events}");
+            bail!("preemption events in beta: {lines:?}");
         }
         // Nothing of alpha was touched.
         let a_failed = kc_ok(
@@ -786,6 +795,79 @@ fn a_busy_gpu_drains_for_a_gpu_kind_nobody_offers() {
             .count();
         if running != 7 {
             bail!("the long runs did not all go on: {states:?}");
+        }
+        Ok(())
+    };
+    if let Err(e) = run() {
+        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
+    }
+}
+
+/// Reclaim across kinds. `infer` (guaranteed 7 MIG instances, allowed to borrow 7) gets two
+/// idle GPUs cut into 14 instances; then `train`, guaranteed the node's 8 whole GPUs, asks for
+/// all of them. The two GPUs are laid out whole again, and they do not wait for the runs
+/// `infer` borrowed: those 7 are preempted, each with an Event saying why; the 7 within its
+/// guarantee run to their end, and then the training pod runs.
+#[test]
+fn borrowed_mig_runs_go_for_a_guarantee_of_whole_gpus() {
+    let f = Fabrik::start_with(&["--nodes", "1", "--queue-starvation-seconds", "3"])
+        .expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    let run = || -> Result<()> {
+        let infer = f.create_tenant(
+            "infer",
+            &[
+                "--gpus",
+                "7",
+                "--borrow-gpus",
+                "7",
+                "--gpu-sharing",
+                "mig:1g.18gb",
+            ],
+        )?;
+        let train = f.create_tenant("train", &["--gpus", "8"])?;
+        for i in 0..14 {
+            kc_apply_ok(&k, &infer, &gpu_pod(&format!("serve-{i}"), 1, 90))?;
+        }
+        let mut states = Default::default();
+        poll_until("infer's 14 runs on two GPUs cut for MIG", WAIT, || {
+            states = pod_states(&k, &infer)?;
+            Ok(states.values().filter(|(p, _)| p == "Running").count() == 14)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        kc_apply_ok(&k, &train, &gpu_pod("big", 8, 600))?;
+        let mut preempted = 0;
+        poll_until("7 of infer's runs preempted", WAIT, || {
+            preempted = pods_of(&k, &infer, "stream")?.2;
+            if preempted > 7 {
+                bail!("{preempted} of infer's runs preempted: it keeps its guarantee of 7");
+            }
+            Ok(preempted == 7)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {preempted} preempted"))?;
+        let said = preemption_events(&k, &infer)?;
+        if said.len() != 7
+            || !said.iter().all(|l| {
+                l.contains("laid out for nvidia.com/gpu")
+                    && l.contains("tenant train waits for below its guarantee")
+            })
+        {
+            bail!("preemption events in infer: {said:?}");
+        }
+        poll_until(
+            "train's 8-GPU pod running",
+            WAIT + Duration::from_secs(90),
+            || {
+                states = pod_states(&k, &train)?;
+                Ok(states.get("big").is_some_and(|(p, _)| p == "Running"))
+            },
+        )
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        // The runs within infer's guarantee ran to their end.
+        states = pod_states(&k, &infer)?;
+        let done = states.values().filter(|(p, _)| p == "Succeeded").count();
+        if done != 7 || pods_of(&k, &infer, "stream")?.2 != 7 {
+            bail!("infer's guaranteed runs did not end on their own: {states:?}");
         }
         Ok(())
     };
