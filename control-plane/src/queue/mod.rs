@@ -524,6 +524,9 @@ struct State {
     told: BTreeMap<String, std::time::Instant>,
     /// GPUs freed lately, for estimated waits.
     freed: wait::Freed,
+    /// Per kind of GPU: why the last layout written for it failed (told to the pods waiting
+    /// for it until a layout for it is written).
+    layouts_failed: BTreeMap<String, String>,
     /// What was wrong with the policy ConfigMap, as last told.
     policy_problems: String,
     /// Failures already logged, by what failed (logged again only when the error changes).
@@ -610,7 +613,7 @@ async fn pass(
     }
     state.reservations = decision.reservations.clone();
     decision.waiting.extend(unreadable);
-    tell_layouts(&input, &nodes, &mut decision);
+    tell_layouts(&input, &nodes, &state.layouts_failed, &mut decision);
     release_all(host, &pods, &release, state).await;
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
@@ -633,6 +636,9 @@ async fn pass(
         {
             Ok(_) => {
                 state.ok(&what);
+                for r in change.gpus.values() {
+                    state.layouts_failed.remove(r);
+                }
                 state
                     .repartitioned
                     .note(node, change.gpus.keys().copied(), input.now);
@@ -644,7 +650,16 @@ async fn pass(
                 tracing::info!(%node, gpus = %gpus.join(", "), drains = change.drains,
                     "GPU queue: GPUs laid out for waiting demand");
             }
-            Err(e) => state.failed(what, &e),
+            Err(e) => {
+                if !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 404) {
+                    for r in change.gpus.values() {
+                        state
+                            .layouts_failed
+                            .insert(r.clone(), format!("writing node {node}'s layout: {e}"));
+                    }
+                }
+                state.failed(what, &e);
+            }
         }
     }
 }
@@ -675,40 +690,54 @@ async fn release_all(host: &Client, pods: &[Pod], release: &[String], state: &mu
 }
 
 /// Tells the waiting pods that want a kind of GPU being laid out which GPUs of which node are
-/// being laid out for it.
-fn tell_layouts(input: &decide::Input, nodes: &[Node], decision: &mut Decision) {
+/// being laid out for it; and, where the last layout written for their kind failed (`failed`:
+/// kind → what failed), that it failed and why.
+fn tell_layouts(
+    input: &decide::Input,
+    nodes: &[Node],
+    failed: &BTreeMap<String, String>,
+    decision: &mut Decision,
+) {
     // Per kind, looked up once (many pods may wait for one kind).
     let mut laid: BTreeMap<String, Option<String>> = BTreeMap::new();
     for w in &input.waiting {
-        let coming: Vec<String> = w
-            .gpus()
-            .into_keys()
-            .filter_map(|r| {
-                laid.entry(r.clone())
-                    .or_insert_with(|| {
-                        let (node, gpus) = layouts::laying_out(nodes, &input.nodes, &r)?;
-                        let gpus: Vec<String> = gpus.iter().map(u32::to_string).collect();
-                        let (s, verb) = if gpus.len() == 1 {
-                            ("", "is")
-                        } else {
-                            ("s", "are")
-                        };
-                        Some(format!(
-                            "GPU{s} {} of node {node} {verb} being laid out for {r}",
-                            gpus.join(", ")
-                        ))
-                    })
-                    .clone()
-            })
-            .collect();
-        if coming.is_empty() {
+        let (mut coming, mut failing) = (Vec::new(), Vec::new());
+        for r in w.gpus().into_keys() {
+            let said = laid.entry(r.clone()).or_insert_with(|| {
+                let (node, gpus) = layouts::laying_out(nodes, &input.nodes, &r)?;
+                let gpus: Vec<String> = gpus.iter().map(u32::to_string).collect();
+                let (s, verb) = if gpus.len() == 1 {
+                    ("", "is")
+                } else {
+                    ("s", "are")
+                };
+                Some(format!(
+                    "GPU{s} {} of node {node} {verb} being laid out for {r}",
+                    gpus.join(", ")
+                ))
+            });
+            match (said, failed.get(&r)) {
+                (Some(said), _) => coming.push(said.clone()),
+                (None, Some(why)) => failing.push(format!(
+                    "the GPU queue could not lay GPUs out for {r} ({why}); it retries on every \
+                     decision"
+                )),
+                (None, None) => {}
+            }
+        }
+        let mut notes = Vec::new();
+        if !coming.is_empty() {
+            notes.push(format!(
+                "{} (runs on them end first, no new work goes there)",
+                coming.join(", ")
+            ));
+        }
+        notes.extend(failing);
+        if notes.is_empty() {
             continue;
         }
         // First, so that it is told at once (not held back as a change of figures).
-        let note = format!(
-            "{} (runs on them end first, no new work goes there)",
-            coming.join(", ")
-        );
+        let note = notes.join("; ");
         for p in &w.pods {
             if let Some(m) = decision
                 .waiting
@@ -1021,6 +1050,50 @@ async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waiting_pods_are_told_when_a_layout_for_their_kind_could_not_be_written() {
+        use fabrik_gpu::placement::model::PodRequest;
+        const MIG: &str = "nvidia.com/mig-1g.18gb";
+        let pod = |name: &str, resource: &str| PodRequest {
+            namespace: "fabrik-t".into(),
+            name: name.into(),
+            requests: BTreeMap::from([(resource.to_string(), 1)]),
+            ..Default::default()
+        };
+        let waiting = |key: &str, p: PodRequest| decide::Waiting {
+            tenant: "t".into(),
+            key: key.into(),
+            pods: vec![p],
+            needs: 1,
+            priority: 0,
+            arrival: 0,
+            runtime: None,
+        };
+        let input = decide::Input {
+            waiting: vec![
+                waiting("fabrik-t/serve", pod("serve", MIG)),
+                waiting("fabrik-t/train", pod("train", fabrik_api::RESOURCE_GPU)),
+            ],
+            ..Default::default()
+        };
+        let mut decision = Decision::default();
+        for p in ["fabrik-t/serve", "fabrik-t/train"] {
+            decision.waiting.insert(p.into(), "waiting for room".into());
+        }
+        let failed = BTreeMap::from([(
+            MIG.to_string(),
+            "writing node n1's layout: forbidden".to_string(),
+        )]);
+        tell_layouts(&input, &[], &failed, &mut decision);
+        assert_eq!(
+            decision.waiting["fabrik-t/serve"],
+            "the GPU queue could not lay GPUs out for nvidia.com/mig-1g.18gb (writing node \
+             n1's layout: forbidden); it retries on every decision; waiting for room"
+        );
+        // Pods of another kind are not told about it.
+        assert_eq!(decision.waiting["fabrik-t/train"], "waiting for room");
+    }
 
     #[test]
     fn the_policy_configmap_sets_what_it_names_and_ignores_the_rest() {
