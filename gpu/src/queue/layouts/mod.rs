@@ -515,6 +515,31 @@ mod tests {
         }
     }
 
+    /// A run of `tenant` on n1 holding `n` of `resource`: workload `ns/<name>`, one pod `name`.
+    fn run(tenant: &str, name: &str, resource: &str, n: i64) -> Admitted {
+        Admitted {
+            tenant: tenant.into(),
+            key: format!("ns/{name}"),
+            pods: vec![crate::queue::HeldPod {
+                request: PodRequest {
+                    namespace: "ns".into(),
+                    name: name.into(),
+                    requests: BTreeMap::from([(resource.to_string(), n)]),
+                    ..Default::default()
+                },
+                node: "n1".into(),
+                devices: Vec::new(),
+            }],
+            priority: 0,
+            admitted_at: 0,
+            arrival: 0,
+            leaving: false,
+            backfill: false,
+            ends_by: None,
+            protected: false,
+        }
+    }
+
     fn input(
         shapes: Vec<(Node, NodeView)>,
         waiting: Vec<Waiting>,
@@ -633,21 +658,11 @@ mod tests {
         // Past the bound: one GPU — the one whose run ends first — drains for it.
         let (mut inp, nodes) = input(shapes.clone(), w.clone(), 61 * S);
         inp.admitted = (0..8u32)
-            .map(|g| Admitted {
-                tenant: "busy".into(),
-                key: format!("ns/run-{g}"),
-                pods: vec![crate::queue::HeldPod {
-                    request: PodRequest::default(),
-                    node: "n1".into(),
-                    devices: vec![format!("gpu-{g}-nvidia.com/gpu-0")],
-                }],
-                priority: 0,
-                admitted_at: 0,
-                arrival: 0,
-                leaving: false,
-                backfill: false,
-                ends_by: Some(if g == 5 { 70 * S } else { 200 * S }),
-                protected: false,
+            .map(|g| {
+                let mut a = run("busy", &format!("run-{g}"), fabrik_api::RESOURCE_GPU, 1);
+                a.pods[0].devices = vec![format!("gpu-{g}-nvidia.com/gpu-0")];
+                a.ends_by = Some(if g == 5 { 70 * S } else { 200 * S });
+                a
             })
             .collect();
         let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
@@ -684,25 +699,7 @@ mod tests {
             guarantee: Some(g),
             ..Default::default()
         };
-        let admitted = vec![Admitted {
-            tenant: "infer".into(),
-            key: "ns/serve".into(),
-            pods: vec![crate::queue::HeldPod {
-                request: PodRequest {
-                    requests: BTreeMap::from([(MIG.to_string(), 7)]),
-                    ..Default::default()
-                },
-                node: "n1".into(),
-                devices: Vec::new(),
-            }],
-            priority: 0,
-            admitted_at: 0,
-            arrival: 0,
-            leaving: false,
-            backfill: false,
-            ends_by: None,
-            protected: false,
-        }];
+        let admitted = vec![run("infer", "serve", MIG, 7)];
         let plan_with = |train_guarantee: i64, now: i128| {
             let (mut inp, nodes) = input(
                 vec![node("n1", Some(mixed), &busy)],
@@ -869,24 +866,8 @@ mod tests {
     #[test]
     fn backfill_alone_in_the_way_of_a_layout_is_preempted() {
         let run = |key: &str, backfill: bool| Admitted {
-            tenant: "t".into(),
-            key: format!("ns/{key}"),
-            pods: vec![crate::queue::HeldPod {
-                request: PodRequest {
-                    namespace: "ns".into(),
-                    name: key.into(),
-                    ..Default::default()
-                },
-                node: "n1".into(),
-                devices: Vec::new(),
-            }],
-            priority: 0,
-            admitted_at: 0,
-            arrival: 0,
-            leaving: false,
             backfill,
-            ends_by: None,
-            protected: false,
+            ..run("t", key, fabrik_api::RESOURCE_GPU, 1)
         };
         let (mut n, view) = node("n1", None, &[]);
         n.metadata.annotations = Some(BTreeMap::from([(
@@ -938,27 +919,6 @@ mod tests {
     #[test]
     fn borrowers_in_the_way_of_a_kind_owed_to_a_guarantee_are_preempted_keeping_their_own() {
         use crate::queue::TenantQueue;
-        let run = |tenant: &str, key: &str, resource: &str, n: i64| Admitted {
-            tenant: tenant.into(),
-            key: format!("ns/{key}"),
-            pods: vec![crate::queue::HeldPod {
-                request: PodRequest {
-                    namespace: "ns".into(),
-                    name: key.into(),
-                    requests: BTreeMap::from([(resource.to_string(), n)]),
-                    ..Default::default()
-                },
-                node: "n1".into(),
-                devices: Vec::new(),
-            }],
-            priority: 0,
-            admitted_at: 0,
-            arrival: 0,
-            leaving: false,
-            backfill: false,
-            ends_by: None,
-            protected: false,
-        };
         let queue = |name: &str, resource: &str, guarantee: i64| TenantQueue {
             name: name.into(),
             resources: vec![resource.into()],
