@@ -1,5 +1,6 @@
 //! What the simulation benches share (`queue-bench`, `layout-bench`): a seeded random stream,
-//! so that a workload is the same on every machine, and the percentiles they report.
+//! so that a workload is the same on every machine, and the figures they report (waits and
+//! their percentiles, a reading's mean over windows of the run).
 
 /// xorshift64* seeded through splitmix64: small, deterministic, good enough for a workload.
 pub struct Rng(u64);
@@ -69,6 +70,75 @@ pub fn wait_cell(waits: &[(u64, bool)]) -> String {
     )
 }
 
+/// A job's wait from `arrival` to its first start, and whether it started; one that never did
+/// waited until the end of a run of `seconds`.
+pub fn wait(arrival: u64, first_start: Option<u64>, seconds: u64) -> (u64, bool) {
+    match first_start {
+        Some(s) => (s.saturating_sub(arrival), true),
+        None => (seconds.saturating_sub(arrival), false),
+    }
+}
+
+/// A reading's mean over consecutive windows of a run (allocation over time).
+#[derive(Clone, Debug, Default)]
+pub struct Windows {
+    width: u64,
+    seconds: u64,
+    /// Per window: the sum of the readings and how many.
+    sums: Vec<(f64, u64)>,
+}
+
+impl Windows {
+    /// Windows of `width` seconds over a run of `seconds`.
+    pub fn new(seconds: u64, width: u64) -> Windows {
+        let width = width.max(1);
+        Windows {
+            width,
+            seconds,
+            sums: vec![(0.0, 0); seconds.div_ceil(width) as usize],
+        }
+    }
+
+    /// Adds the reading `x` taken at second `t`.
+    pub fn add(&mut self, t: u64, x: f64) {
+        if let Some(w) = self.sums.get_mut((t / self.width) as usize) {
+            w.0 += x;
+            w.1 += 1;
+        }
+    }
+
+    /// How many windows.
+    pub fn len(&self) -> usize {
+        self.sums.len()
+    }
+
+    /// Whether the run had no window.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
+
+    /// The windows' headings: `0–10 min`, `10–20 min`, …
+    pub fn heads(&self) -> Vec<String> {
+        (0..self.sums.len() as u64)
+            .map(|w| {
+                format!(
+                    "{}–{} min",
+                    w * self.width / 60,
+                    ((w + 1) * self.width).min(self.seconds) / 60
+                )
+            })
+            .collect()
+    }
+
+    /// Each window's mean, in percent (one decimal).
+    pub fn percents(&self) -> Vec<String> {
+        self.sums
+            .iter()
+            .map(|(sum, n)| format!("{:.1}", sum * 100.0 / (*n).max(1) as f64))
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -92,5 +162,19 @@ mod tests {
         let mut waits = waits;
         waits.push((500, false));
         assert_eq!(wait_cell(&waits), "51 / 100 / ≥ 500");
+    }
+
+    #[test]
+    fn windows_average_their_readings_and_say_their_span() {
+        let mut w = Windows::new(1500, 600);
+        assert_eq!(w.len(), 3);
+        w.add(0, 0.5);
+        w.add(599, 1.0);
+        w.add(600, 0.25);
+        w.add(9999, 1.0);
+        assert_eq!(w.heads(), vec!["0–10 min", "10–20 min", "20–25 min"]);
+        assert_eq!(w.percents(), vec!["75.0", "25.0", "0.0"]);
+        assert_eq!(wait(10, Some(25), 100), (15, true));
+        assert_eq!(wait(10, None, 100), (90, false));
     }
 }

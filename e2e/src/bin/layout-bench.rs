@@ -42,7 +42,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use e2e::seeded::{wait_cell, Rng};
+use e2e::seeded::{wait, wait_cell, Rng, Windows};
 use fabrik_gpu::device::GpuInfo;
 use fabrik_gpu::layout::{self, GpuLayout, Layout};
 use fabrik_gpu::placement::fit;
@@ -72,8 +72,8 @@ const TENANTS: [(&str, &str); 4] = [
 const PHASES: [[u64; 4]; 3] = [[30, 50, 10, 10], [60, 15, 15, 10], [20, 20, 30, 30]];
 /// Demand while jobs arrive, in percent of the factory's capacity.
 const DEMAND_PCT: u64 = 130;
-/// Width of the allocation-over-time buckets, in seconds.
-const BUCKET_S: u64 = 600;
+/// Width of the allocation-over-time windows, in seconds.
+const WINDOW_S: u64 = 600;
 
 /// Command line.
 #[derive(Parser)]
@@ -414,7 +414,7 @@ struct Stats {
     /// Per tenant, sum over backlog steps of the fraction of the GPUs it holds.
     tenant_sum: [f64; 4],
     /// Allocated fraction summed per time bucket, and the steps in each.
-    buckets: Vec<(f64, u64)>,
+    buckets: Windows,
     /// Layouts written, GPUs they re-laid out, and of those GPUs the ones busy (drained).
     writes: u64,
     relaid: u64,
@@ -725,7 +725,7 @@ impl<'a> Sim<'a> {
     fn run(mut self, seconds: u64, every: u64, reconfigure: u64) -> Stats {
         let jobs = self.jobs;
         let mut next = 0;
-        self.stats.buckets = vec![(0.0, 0); seconds.div_ceil(BUCKET_S) as usize];
+        self.stats.buckets = Windows::new(seconds, WINDOW_S);
         for t in 0..seconds {
             let finished: Vec<usize> = self
                 .running
@@ -755,10 +755,7 @@ impl<'a> Sim<'a> {
             if job.arrival >= seconds {
                 continue;
             }
-            let wait = match self.first_start[j] {
-                Some(s) => (s - job.arrival, true),
-                None => (seconds - job.arrival, false),
-            };
+            let wait = wait(job.arrival, self.first_start[j], seconds);
             self.stats
                 .waits
                 .entry((job.tenant, job.devices))
@@ -770,10 +767,7 @@ impl<'a> Sim<'a> {
 
     fn measure(&mut self, t: u64) {
         let alloc = self.held_gpus / self.gpus as f64;
-        if let Some(b) = self.stats.buckets.get_mut((t / BUCKET_S) as usize) {
-            b.0 += alloc;
-            b.1 += 1;
-        }
+        self.stats.buckets.add(t, alloc);
         if self.waiting.is_empty() {
             return;
         }
@@ -937,27 +931,19 @@ fn main() {
             .collect();
         println!("| {} | {} |", run.label(), cells.join(" | "));
     }
-    let buckets = results.first().map_or(0, |(_, s)| s.buckets.len());
-    let heads: Vec<String> = (0..buckets as u64)
-        .map(|b| {
-            format!(
-                "{}–{} min",
-                b * BUCKET_S / 60,
-                ((b + 1) * BUCKET_S).min(seconds) / 60
-            )
-        })
-        .collect();
+    let windows = results
+        .first()
+        .map(|(_, s)| s.buckets.clone())
+        .unwrap_or_default();
+    let (buckets, heads) = (windows.len(), windows.heads());
+
     println!(
         "\nGPU allocation over time (mean % of the GPUs, in GPU-equivalents, in each window).\n"
     );
     println!("| run | {} |", heads.join(" | "));
     println!("|---|{}", "---|".repeat(buckets));
     for (run, s) in &results {
-        let cells: Vec<String> = s
-            .buckets
-            .iter()
-            .map(|(sum, n)| format!("{:.1}", sum * 100.0 / (*n).max(1) as f64))
-            .collect();
+        let cells = s.buckets.percents();
         println!("| {} | {} |", run.label(), cells.join(" | "));
     }
 }

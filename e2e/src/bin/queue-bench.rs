@@ -47,7 +47,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use e2e::seeded::{wait_cell, Rng};
+use e2e::seeded::{wait, wait_cell, Rng, Windows};
 use fabrik_gpu::placement::fit;
 use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
 use fabrik_gpu::queue::{
@@ -67,8 +67,8 @@ const TENANTS: [&str; 4] = ["train", "infer", "notebooks", "mixed"];
 const DEMAND_PCT: [u64; 4] = [45, 40, 15, 40];
 /// Seconds left out of the steady state (fairness) at the start of a run.
 const WARM_UP_S: u64 = 300;
-/// Width of the allocation-over-time buckets, in seconds.
-const BUCKET_S: u64 = 600;
+/// Width of the allocation-over-time windows, in seconds.
+const WINDOW_S: u64 = 600;
 /// Allocation that counts as "full".
 const FULL: f64 = 0.95;
 
@@ -367,7 +367,7 @@ struct Stats {
     tenant_fair: [f64; 4],
     tenant_dev: [f64; 4],
     /// Allocated fraction summed per time bucket, and the steps in each.
-    buckets: Vec<(f64, u64)>,
+    buckets: Windows,
     /// Workloads preempted, and the GPU-seconds of work they lost; and of those, the backfill
     /// preempted because a reservation's nodes had drained (the rest: reclaim).
     preemptions: u64,
@@ -674,7 +674,7 @@ impl<'a> Sim<'a> {
     fn run(mut self, seconds: u64, every: u64) -> Stats {
         let jobs = self.jobs;
         let mut next = 0;
-        self.stats.buckets = vec![(0.0, 0); seconds.div_ceil(BUCKET_S) as usize];
+        self.stats.buckets = Windows::new(seconds, WINDOW_S);
         for t in 0..seconds {
             let finished: Vec<usize> = self
                 .running
@@ -703,10 +703,7 @@ impl<'a> Sim<'a> {
             if job.arrival >= seconds {
                 continue;
             }
-            let wait = match self.first_start[j] {
-                Some(s) => (s - job.arrival, true),
-                None => (seconds - job.arrival, false),
-            };
+            let wait = wait(job.arrival, self.first_start[j], seconds);
             self.stats.waits.entry(job.size).or_default().push(wait);
         }
         self.stats
@@ -716,10 +713,7 @@ impl<'a> Sim<'a> {
     fn measure(&mut self, t: u64) {
         let cap = self.capacity as f64;
         let alloc = self.held_total as f64 / cap;
-        if let Some(b) = self.stats.buckets.get_mut((t / BUCKET_S) as usize) {
-            b.0 += alloc;
-            b.1 += 1;
-        }
+        self.stats.buckets.add(t, alloc);
         if self.waiting.is_empty() {
             return;
         }
@@ -972,29 +966,19 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
         }
     }
     println!();
-    let buckets = factories
+    let windows = factories
         .first()
         .and_then(|f| f.runs.first())
-        .map_or(0, |(_, s, _)| s.buckets.len());
-    let heads: Vec<String> = (0..buckets as u64)
-        .map(|b| {
-            format!(
-                "{}–{} min",
-                b * BUCKET_S / 60,
-                ((b + 1) * BUCKET_S).min(seconds) / 60
-            )
-        })
-        .collect();
+        .map(|(_, s, _)| s.buckets.clone())
+        .unwrap_or_default();
+    let (buckets, heads) = (windows.len(), windows.heads());
+
     println!("GPU allocation over time (mean % of the GPUs allocated in each window).\n");
     println!("| factory | policy | {} |", heads.join(" | "));
     println!("|---|---|{}", "---|".repeat(buckets));
     for f in factories {
         for (policy, s, _) in &f.runs {
-            let cells: Vec<String> = s
-                .buckets
-                .iter()
-                .map(|(sum, n)| format!("{:.1}", sum * 100.0 / (*n).max(1) as f64))
-                .collect();
+            let cells = s.buckets.percents();
             println!(
                 "| {} | {} | {} |",
                 f.name,
