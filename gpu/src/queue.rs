@@ -98,7 +98,7 @@ pub struct HeldPod {
 }
 
 /// A workload holding GPUs (admitted; running or about to).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Admitted {
     /// Tenant.
     pub tenant: String,

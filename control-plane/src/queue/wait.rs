@@ -166,13 +166,7 @@ mod tests {
                 node: "n1".into(),
                 devices: Vec::new(),
             }],
-            priority: 0,
-            admitted_at: 0,
-            arrival: 0,
-            leaving: false,
-            backfill: false,
-            ends_by: None,
-            protected: false,
+            ..Default::default()
         }
     }
 
