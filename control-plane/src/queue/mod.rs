@@ -651,11 +651,10 @@ async fn pass(
                     "GPU queue: GPUs laid out for waiting demand");
             }
             Err(e) => {
-                if !matches!(&e, kube::Error::Api(s) if s.code == 409 || s.code == 404) {
+                let told = layout_failure(node, &e);
+                if let Some(told) = told {
                     for r in change.gpus.values() {
-                        state
-                            .layouts_failed
-                            .insert(r.clone(), format!("writing node {node}'s layout: {e}"));
+                        state.layouts_failed.insert(r.clone(), told.clone());
                     }
                 }
                 state.failed(what, &e);
@@ -686,6 +685,24 @@ async fn release_all(host: &Client, pods: &[Pod], release: &[String], state: &mu
             Ok(_) => state.ok(&what),
             Err(e) => state.failed(what, &e),
         }
+    }
+}
+
+/// What the pods waiting for a kind are told when writing `node`'s layout for it failed with
+/// `e`: the host's status and reason, not its message (which may name the control plane's own
+/// identity and rights; the log has it all). Nothing for a conflict or a node gone, which the
+/// next decision retries on newer objects.
+fn layout_failure(node: &str, e: &kube::Error) -> Option<String> {
+    match e {
+        kube::Error::Api(s) if s.code == 409 || s.code == 404 => None,
+        kube::Error::Api(s) => Some(format!(
+            "the host refused node {node}'s layout: {} {}; the platform's administrators see \
+             why in the control plane's log",
+            s.code, s.reason
+        )),
+        _ => Some(format!(
+            "the host API did not answer writing node {node}'s layout"
+        )),
     }
 }
 
@@ -1083,14 +1100,36 @@ mod tests {
         }
         let failed = BTreeMap::from([(
             MIG.to_string(),
-            "writing node n1's layout: forbidden".to_string(),
+            "the host refused node n1's layout: 403 Forbidden".to_string(),
         )]);
         tell_layouts(&input, &[], &failed, &mut decision);
         assert_eq!(
             decision.waiting["fabrik-t/serve"],
-            "the GPU queue could not lay GPUs out for nvidia.com/mig-1g.18gb (writing node \
-             n1's layout: forbidden); it retries on every decision; waiting for room"
+            "the GPU queue could not lay GPUs out for nvidia.com/mig-1g.18gb (the host refused \
+             node n1's layout: 403 Forbidden); it retries on every decision; waiting for room"
         );
+        // What they are told of a refusal: the status, not the host's message.
+        let refused = kube::Error::Api(
+            kube::core::Status::failure(
+                "nodes \"n1\" is forbidden: User \"system:serviceaccount:fabrik:fabrik\" \
+                 cannot patch resource \"nodes\"",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        );
+        let told = layout_failure("n1", &refused).expect("told");
+        assert!(
+            told.starts_with("the host refused node n1's layout: 403 Forbidden"),
+            "{told}"
+        );
+        assert!(!told.contains("serviceaccount"), "{told}");
+        let raced = kube::Error::Api(
+            kube::core::Status::failure("conflict", "Conflict")
+                .with_code(409)
+                .boxed(),
+        );
+        assert_eq!(layout_failure("n1", &raced), None);
         // Pods of another kind are not told about it.
         assert_eq!(decision.waiting["fabrik-t/train"], "waiting for room");
     }
