@@ -367,7 +367,7 @@ fn chart_crd_is_the_generated_one() {
         let yaml = serde_yaml_ng::to_string(&generated).expect("CRD to YAML");
         let text = format!(
             "# Generated from api/src/tenant.rs: do not edit. Regenerate with\n\
-             # FABRIK_UPDATE_CHART_CRD=1 cargo test -p e2e --test chart chart_crd_is_the_generated_one\n{yaml}"
+             # FABRIK_UPDATE_CHART_CRD=1 cargo test -p e2e --test suite chart::chart_crd_is_the_generated_one\n{yaml}"
         );
         std::fs::write(crd_file(), text).expect("write the chart's CRD");
     }
@@ -378,8 +378,8 @@ fn chart_crd_is_the_generated_one() {
     assert!(
         in_chart == want,
         "helm/fabrik/crds/tenants.fabrik.dev.yaml differs from the CRD generated from api/; \
-         regenerate it with FABRIK_UPDATE_CHART_CRD=1 cargo test -p e2e --test chart \
-         chart_crd_is_the_generated_one"
+         regenerate it with FABRIK_UPDATE_CHART_CRD=1 cargo test -p e2e --test suite \
+         chart::chart_crd_is_the_generated_one"
     );
 }
 

@@ -148,6 +148,11 @@ pub struct Policy {
     /// within it (`activeDeadlineSeconds`) is never preempted, its GPUs are counted as coming
     /// back. 0: preempt at once.
     pub reclaim_grace: i128,
+    /// How long a GPU the queue laid out anew is left as it is before it may be laid out again
+    /// for other demand, in nanoseconds ([`layouts`]): long enough that two demands cannot toss
+    /// a GPU between them, and that a reconfiguration costs less than the work it makes room
+    /// for.
+    pub layout_hold: i128,
 }
 
 impl Default for Policy {
@@ -157,6 +162,7 @@ impl Default for Policy {
             starvation_after: 60 * 1_000_000_000,
             group_weights: BTreeMap::new(),
             reclaim_grace: 0,
+            layout_hold: layouts::HOLD,
         }
     }
 }
@@ -1740,13 +1746,10 @@ mod tests {
                     tenant: a.tenant.clone(),
                     key: a.key.clone(),
                     pods,
-                    priority: 0,
                     admitted_at: 1,
                     arrival: w.arrival,
-                    leaving: false,
                     backfill: a.backfill,
-                    ends_by: None,
-                    protected: false,
+                    ..Default::default()
                 }
             })
             .collect()
@@ -1774,13 +1777,9 @@ mod tests {
                 node: placement.node,
                 devices,
             }],
-            priority: 0,
             admitted_at: at,
             arrival: at,
-            leaving: false,
-            backfill: false,
-            ends_by: None,
-            protected: false,
+            ..Default::default()
         }
     }
 

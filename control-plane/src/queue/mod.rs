@@ -93,6 +93,11 @@ pub struct QueueArgs {
     /// within it is never preempted. 0: preempt at once.
     #[arg(long, value_name = "SECONDS", default_value_t = 0)]
     queue_reclaim_grace_seconds: u32,
+    /// Seconds a GPU the queue laid out anew for waiting demand is left as it is before it may
+    /// be laid out again (at most 3600): longer where a GPU's reconfiguration is slow.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u32).range(0..=3600))]
+    queue_layout_hold_seconds: u32,
 }
 
 impl QueueArgs {
@@ -104,6 +109,7 @@ impl QueueArgs {
                 starvation_after: i128::from(self.queue_starvation_seconds) * 1_000_000_000,
                 group_weights: Default::default(),
                 reclaim_grace: i128::from(self.queue_reclaim_grace_seconds) * 1_000_000_000,
+                layout_hold: i128::from(self.queue_layout_hold_seconds) * 1_000_000_000,
             },
             namespace: namespace.to_string(),
             ..Settings::default()
@@ -258,9 +264,10 @@ where
 
 /// The platform's queue policy on the host: ConfigMap `fabrik-gpu-queue` in the control plane's
 /// namespace ([`Settings::namespace`], `fabrik-system` by default),
-/// keys `reclaim` (`true`/`false`), `starvationSeconds` and `groupWeights` (the weight of each
-/// group of tenants among the claimants of idle GPUs: `research=2, vision=1`; 1 for a group
-/// not listed); what it does not set comes from the command line.
+/// keys `reclaim` (`true`/`false`), `starvationSeconds`, `reclaimGraceSeconds`,
+/// `layoutHoldSeconds` (at most 3600) and `groupWeights` (the weight of each group of tenants
+/// among the claimants of idle GPUs: `research=2, vision=1`; 1 for a group not listed); what it
+/// does not set comes from the command line.
 pub const POLICY_CONFIGMAP: &str = "fabrik-gpu-queue";
 
 /// The policy a ConfigMap sets over `defaults`; a value that does not parse is told once (by
@@ -287,6 +294,16 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             }
         }
     }
+    if let Some(v) = data.get("layoutHoldSeconds") {
+        match v.trim().parse::<u32>() {
+            Ok(n) if i128::from(n) * 1_000_000_000 <= layouts::MAX_HOLD => {
+                policy.layout_hold = i128::from(n) * 1_000_000_000;
+            }
+            _ => problems.push(format!(
+                "layoutHoldSeconds: {v:?} is not a whole number of seconds up to 3600"
+            )),
+        }
+    }
     if let Some(v) = data.get("groupWeights") {
         for entry in v.split(',').map(str::trim).filter(|e| !e.is_empty()) {
             let parsed = entry.split_once('=').and_then(|(group, weight)| {
@@ -306,10 +323,11 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             }
         }
     }
-    const SETTINGS: [&str; 4] = [
+    const SETTINGS: [&str; 5] = [
         "reclaim",
         "starvationSeconds",
         "reclaimGraceSeconds",
+        "layoutHoldSeconds",
         "groupWeights",
     ];
     for k in data.keys() {
@@ -623,7 +641,7 @@ async fn pass(
         &input,
         &nodes,
         &state.repartitioned,
-        policy.starvation_after,
+        &policy,
         &decision.limited,
     ) {
         let node = &change.node;
@@ -1152,6 +1170,7 @@ mod tests {
                 ("reclaim", "false"),
                 ("starvationSeconds", "5"),
                 ("reclaimGraceSeconds", "30"),
+                ("layoutHoldSeconds", "600"),
                 ("groupWeights", "research=2, vision=1"),
             ]),
             &defaults,
@@ -1160,6 +1179,7 @@ mod tests {
         assert!(!p.reclaim);
         assert_eq!(p.starvation_after, 5_000_000_000);
         assert_eq!(p.reclaim_grace, 30_000_000_000);
+        assert_eq!(p.layout_hold, 600_000_000_000);
         assert_eq!(
             p.group_weights,
             [("research".to_string(), 2), ("vision".to_string(), 1)].into()
@@ -1174,6 +1194,7 @@ mod tests {
                 ("reclaim", "maybe"),
                 ("starvationSeconds", "-1"),
                 ("reclaimGraceSeconds", "1.5"),
+                ("layoutHoldSeconds", "3601"),
                 ("cohort", "x"),
                 ("groupWeights", "Research=2, vision=0, ok=3"),
             ]),
@@ -1181,11 +1202,17 @@ mod tests {
             &mut state,
         );
         assert_eq!(
-            (p.reclaim, p.starvation_after, p.reclaim_grace),
+            (
+                p.reclaim,
+                p.starvation_after,
+                p.reclaim_grace,
+                p.layout_hold
+            ),
             (
                 defaults.reclaim,
                 defaults.starvation_after,
-                defaults.reclaim_grace
+                defaults.reclaim_grace,
+                defaults.layout_hold
             )
         );
         assert_eq!(p.group_weights, [("ok".to_string(), 3)].into());
@@ -1193,6 +1220,7 @@ mod tests {
             "reclaim",
             "starvationSeconds",
             "reclaimGraceSeconds",
+            "layoutHoldSeconds",
             "cohort",
             "\"Research=2\"",
             "\"vision=0\"",

@@ -6,7 +6,7 @@
 //! 4. `helm install --wait` of the `helm create` chart, Helm 3 and Helm 4 (seconds).
 //!
 //! ```text
-//! cargo build --release -p control-plane --bin fabrik -p e2e --bin cluster-bench
+//! cargo build --release -p control-plane --bin fabrik -p e2e --features bench --bin cluster-bench
 //! FABRIK_BIN=target/release/fabrik target/release/cluster-bench
 //! ```
 

@@ -9,7 +9,7 @@
 //! watcher has its own `kube::Client` (its own TLS connection), like independent controllers.
 //!
 //! ```sh
-//! cargo build --release -p control-plane --bin fabrik -p e2e --bin fabrik-bench
+//! cargo build --release -p control-plane --bin fabrik -p e2e --features bench --bin fabrik-bench
 //! target/release/fabrik-bench --quick      # smoke run, well under a minute
 //! target/release/fabrik-bench              # the figures in docs/benchmarks.md
 //! ```

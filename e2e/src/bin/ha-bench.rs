@@ -6,7 +6,7 @@
 //! all are Ready, waits 5 s and reads the RSS again; it prints a markdown table.
 //!
 //! ```sh
-//! cargo build -p control-plane --bin fabrik -p e2e --bin ha-bench
+//! cargo build -p control-plane --bin fabrik -p e2e --features bench --bin ha-bench
 //! target/debug/ha-bench 100
 //! ```
 

@@ -13,7 +13,7 @@
 //! waits for the next period: expect up to 15 s plus the rollout.
 //!
 //! ```text
-//! cargo build --release -p control-plane --bin fabrik -p e2e --bin hpa-bench
+//! cargo build --release -p control-plane --bin fabrik -p e2e --features bench --bin hpa-bench
 //! FABRIK_BIN=target/release/fabrik target/release/hpa-bench [ROUNDS]
 //! ```
 

@@ -32,7 +32,7 @@
 //! PodDisruptionBudgets, run times declared.
 //!
 //! ```sh
-//! cargo build --release -p e2e --bin layout-bench
+//! cargo build --release -p e2e --features bench --bin layout-bench
 //! target/release/layout-bench [--seed N] [--seconds S] [--nodes N] [--every K] [--reconfigure-seconds R]
 //! ```
 //!
@@ -94,6 +94,9 @@ struct Args {
     /// How long a node agent takes to bring an idle GPU back in a new layout.
     #[arg(long, default_value_t = 20)]
     reconfigure_seconds: u64,
+    /// How long a GPU laid out anew stays as it is (the queue policy's layout hold).
+    #[arg(long, default_value_t = 60)]
+    layout_hold_seconds: u64,
 }
 
 /// One job: a single pod.
@@ -464,11 +467,18 @@ struct Sim<'a> {
     held_by: [f64; 4],
     reservations: Vec<Reservation>,
     recent: Recent,
+    policy: Policy,
     stats: Stats,
 }
 
 impl<'a> Sim<'a> {
-    fn new(jobs: &'a [Job], nodes: usize, run: Run, model: &'static GpuModel) -> Sim<'a> {
+    fn new(
+        jobs: &'a [Job],
+        nodes: usize,
+        run: Run,
+        model: &'static GpuModel,
+        policy: Policy,
+    ) -> Sim<'a> {
         let per_gpu = per_gpu(model);
         let gpus = nodes as i64 * i64::from(GPUS_PER_NODE);
         let nodes: Vec<NodeState> = (0..nodes)
@@ -520,6 +530,7 @@ impl<'a> Sim<'a> {
             held_by: [0.0; 4],
             reservations: Vec::new(),
             recent: Recent::default(),
+            policy,
             stats: Stats::default(),
         }
     }
@@ -622,13 +633,10 @@ impl<'a> Sim<'a> {
                     tenant: TENANTS[jobs[j].tenant].0.to_string(),
                     key: jobs[j].key.clone(),
                     pods: vec![self.held[j].clone()?],
-                    priority: 0,
                     admitted_at: self.running_since[j].map_or(0, |(s, _)| i128::from(s) * NS),
                     arrival: i128::from(jobs[j].arrival) * NS + j as i128,
-                    leaving: false,
                     backfill: self.backfill[j],
-                    ends_by: None,
-                    protected: false,
+                    ..Default::default()
                 })
             })
             .collect();
@@ -654,7 +662,7 @@ impl<'a> Sim<'a> {
             reservations: std::mem::take(&mut self.reservations),
             now: i128::from(t) * NS,
         };
-        let policy = Policy::default();
+        let policy = self.policy.clone();
         let began = Instant::now();
         let mut decision = decide(&input, &policy);
         timed(&mut self.stats.decide, began.elapsed());
@@ -690,13 +698,7 @@ impl<'a> Sim<'a> {
             return;
         }
         let began = Instant::now();
-        let changes = layouts::plan(
-            &input,
-            &objects,
-            &self.recent,
-            policy.starvation_after,
-            &decision.limited,
-        );
+        let changes = layouts::plan(&input, &objects, &self.recent, &policy, &decision.limited);
         timed(&mut self.stats.plan, began.elapsed());
         for change in changes {
             let n = self.node_index[&change.node];
@@ -827,8 +829,15 @@ fn main() {
     let mut results = Vec::new();
     for run in runs {
         let began = Instant::now();
-        let stats =
-            Sim::new(&jobs, nodes, run, model).run(seconds, every, args.reconfigure_seconds);
+        let policy = Policy {
+            layout_hold: i128::from(args.layout_hold_seconds) * NS,
+            ..Policy::default()
+        };
+        let stats = Sim::new(&jobs, nodes, run, model, policy).run(
+            seconds,
+            every,
+            args.reconfigure_seconds,
+        );
         eprintln!(
             "{}: simulated in {:.1} s",
             run.label(),
@@ -838,10 +847,11 @@ fn main() {
     }
     println!(
         "seed {}, {nodes} nodes × {GPUS_PER_NODE} {MODEL} ({gpus} GPUs), {seconds} simulated s, \
-         decisions every {every} s, a GPU re-laid out in {} s once idle; {} jobs, {:.0} GPU-s \
-         of work ({:.2} × the GPU-seconds of the run)\n",
+         decisions every {every} s, a GPU re-laid out in {} s once idle and then held {} s; {} \
+         jobs, {:.0} GPU-s of work ({:.2} × the GPU-seconds of the run)\n",
         args.seed,
         args.reconfigure_seconds,
+        args.layout_hold_seconds,
         jobs.len(),
         demand,
         demand / (gpus as f64 * seconds as f64)

@@ -35,7 +35,7 @@
 //! period of a preemption (GPUs come back the same second), MIG and shared GPUs.
 //!
 //! ```sh
-//! cargo build --release -p e2e --bin queue-bench
+//! cargo build --release -p e2e --features bench --bin queue-bench
 //! target/release/queue-bench [--seed N] [--seconds S] [--big-nodes N] [--every K]
 //! ```
 //!

@@ -38,7 +38,7 @@
 //! ERROR lines is printed either way.
 //!
 //! ```sh
-//! cargo build --release -p control-plane --bin fabrik -p e2e --bin syncer-bench
+//! cargo build --release -p control-plane --bin fabrik -p e2e --features bench --bin syncer-bench
 //! target/release/syncer-bench              # 100 tenants × 100 pods
 //! target/release/syncer-bench 10 100       # 10 tenants × 100 pods
 //! target/release/syncer-bench 10 100 --real-host

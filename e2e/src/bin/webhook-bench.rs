@@ -11,7 +11,7 @@
 //!    are read per request: nothing polls or watches for them).
 //!
 //! ```text
-//! cargo build --release -p control-plane --bin fabrik -p e2e --bin webhook-bench
+//! cargo build --release -p control-plane --bin fabrik -p e2e --features bench --bin webhook-bench
 //! FABRIK_BIN=target/release/fabrik target/release/webhook-bench [CREATES] [TENANTS]
 //! ```
 

@@ -7,7 +7,7 @@
 //!    `numberReady == desiredNumberScheduled == NODES`.
 //!
 //! ```text
-//! cargo build -p control-plane --bin fabrik -p e2e --bin workload-bench
+//! cargo build -p control-plane --bin fabrik -p e2e --features bench --bin workload-bench
 //! target/debug/workload-bench [COMPLETIONS] [NODES]      # FABRIK_BIN=… for another build
 //! ```
 

@@ -22,8 +22,8 @@
 //! PodDisruptionBudget protects them or they declare an end within [`SOON`]. Other runs
 //! admitted in queue order are never preempted for a layout: the GPU waits for them to end.
 //!
-//! A GPU re-laid out here is left alone for [`HOLD`], so that two demands cannot toss it
-//! between them; after a write the queue waits for the node to show it before planning more.
+//! A GPU re-laid out here is left alone for the policy's layout hold ([`HOLD`] unless the
+//! platform sets another), so that two demands cannot toss it between them; after a write the queue waits for the node to show it before planning more.
 //! A node whose GPUs the queue cannot see one by one (a host without DRA, where no
 //! ResourceSlice names them) is laid out as one: all its GPUs alike, when none is in use (or,
 //! draining, as above), and takes no new work while its agent reports the layout `pending`.
@@ -43,8 +43,12 @@ mod plan;
 
 pub use plan::plan;
 
-/// How long a GPU re-laid out here is not re-laid out again, in nanoseconds.
+/// How long a GPU re-laid out here is not re-laid out again unless the policy says otherwise
+/// ([`Policy::layout_hold`]), in nanoseconds.
 pub const HOLD: i128 = 60 * 1_000_000_000;
+
+/// The longest layout hold a policy may set, in nanoseconds: what [`Recent`] remembers.
+pub const MAX_HOLD: i128 = 3_600 * 1_000_000_000;
 
 /// A backfill run declared to end within this is left to end rather than preempted for a
 /// layout, in nanoseconds.
@@ -232,10 +236,10 @@ pub struct Recent {
 }
 
 impl Recent {
-    fn held(&self, node: &str, gpu: u32, now: i128) -> bool {
+    fn held(&self, node: &str, gpu: u32, now: i128, hold: i128) -> bool {
         self.gpus
             .get(&(node.to_string(), gpu))
-            .is_some_and(|at| now - at < HOLD)
+            .is_some_and(|at| now - at < hold.min(MAX_HOLD))
     }
 
     fn settling(&self, now: i128) -> bool {
@@ -244,7 +248,7 @@ impl Recent {
 
     /// Notes that `gpus` of `node` were re-laid out at `now`.
     pub fn note(&mut self, node: &str, gpus: impl IntoIterator<Item = u32>, now: i128) {
-        self.gpus.retain(|_, at| now - *at < HOLD);
+        self.gpus.retain(|_, at| now - *at < MAX_HOLD);
         for g in gpus {
             self.gpus.insert((node.to_string(), g), now);
         }
@@ -296,7 +300,8 @@ pub fn laying_out<'n>(
 ///   own limits: `limited`), a run of a tenant holding more of its kind than it is guaranteed
 ///   goes, as long as its tenant keeps its guarantee — reclaim as [`super::decide`] does it
 ///   within one kind, here for a guarantee of another kind. Not when the policy turns reclaim
-///   off.
+///   off, and never a run of the tenant owed the kind: weighing its own kinds against each
+///   other is its own queue order's business, not reclaim's.
 pub fn in_the_way(
     input: &Input,
     nodes: &[Node],
@@ -320,8 +325,8 @@ pub fn in_the_way(
             .find(|t| t.name == tenant)
             .map_or(0, |t| t.guaranteed(r))
     };
-    // The kinds some tenant waits for below its guarantee, and the first such tenant.
-    let mut owed: BTreeMap<String, &str> = BTreeMap::new();
+    // The kinds some tenant waits for below its guarantee, and those tenants, first waiting first.
+    let mut owed: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     if policy.reclaim {
         for w in &input.waiting {
             if limited.contains(&w.key) || input.now - w.arrival < policy.reclaim_grace {
@@ -333,7 +338,10 @@ pub fn in_the_way(
                     .copied()
                     .unwrap_or(0);
                 if n > 0 && has + n <= guarantee(&w.tenant, &r) {
-                    owed.entry(r).or_insert(w.tenant.as_str());
+                    let tenants = owed.entry(r).or_default();
+                    if !tenants.contains(&w.tenant.as_str()) {
+                        tenants.push(w.tenant.as_str());
+                    }
                 }
             }
         }
@@ -379,7 +387,7 @@ pub fn in_the_way(
                 .parse::<u32>()
                 .ok()
                 .and_then(|g| laid.as_ref()?.offers.get(&g))
-                .and_then(|offers| offers.keys().find_map(|r| Some((r, *owed.get(r)?))));
+                .and_then(|offers| offers.keys().find_map(|r| Some((r, owed.get(r)?))));
             let mut left = held.clone();
             let mut why = Vec::new();
             for a in &holders {
@@ -394,7 +402,11 @@ pub fn in_the_way(
                     ));
                     continue;
                 }
-                let Some((kind, tenant)) = owner else { break };
+                let Some((kind, tenant)) = owner.and_then(|(kind, tenants)| {
+                    Some((kind, tenants.iter().find(|t| **t != a.tenant)?))
+                }) else {
+                    break;
+                };
                 let gpus = a.gpus();
                 let keeps = gpus.iter().all(|(r, n)| {
                     left.get(&(a.tenant.as_str(), r.clone()))
@@ -570,7 +582,13 @@ mod tests {
             .map(|i| waiting(&format!("ns/p{i}"), MIG, 1, 1, 0))
             .collect();
         let (inp, nodes) = input(shapes, w, 10 * S);
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1, "{changes:?}");
         let c = &changes[0];
         // One GPU makes seven instances: enough. On the node already in use (the idle one is
@@ -595,14 +613,28 @@ mod tests {
         );
         // Work its tenant's limits refuse counts for nothing: no GPU is cut for it.
         let limited: BTreeSet<String> = inp.waiting.iter().map(|w| w.key.clone()).collect();
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &limited).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &limited
+        )
+        .is_empty());
         // Not before the demand has waited a moment.
         let (inp, nodes) = input(
             vec![node("n1", None, &[])],
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
     }
 
     #[test]
@@ -616,10 +648,23 @@ mod tests {
             waiting("ns/train", fabrik_api::RESOURCE_GPU, 3, 1, 0),
             waiting("ns/infer", MIG, 1, 8, 0),
         ]);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
         // Nobody waits for MIG: a 2-GPU pod gets both MIG GPUs made whole.
         let (inp, nodes) = mk(vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 2, 1, 0)]);
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1, "{changes:?}");
         let o = offers(&changes[0]);
         assert_eq!(
@@ -634,11 +679,20 @@ mod tests {
         let mut recent = Recent::default();
         recent.note("n1", [6, 7], 0);
         recent.written = None;
-        assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(&inp, &nodes, &recent, &Policy::default(), &BTreeSet::new()).is_empty());
+        // Unless the platform's policy holds a layout for less time than has passed.
+        let brief = Policy {
+            layout_hold: 0,
+            ..Policy::default()
+        };
+        assert_eq!(
+            plan(&inp, &nodes, &recent, &brief, &BTreeSet::new()).len(),
+            changes.len()
+        );
         // Nor is anything planned while a write settles.
         let mut recent = Recent::default();
         recent.note("n9", [0], inp.now - SETTLE + 1);
-        assert!(plan(&inp, &nodes, &recent, 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(&inp, &nodes, &recent, &Policy::default(), &BTreeSet::new()).is_empty());
     }
 
     #[test]
@@ -648,7 +702,14 @@ mod tests {
         let mut shapes = vec![node("n1", None, &busy)];
         let w = vec![waiting("ns/infer", MIG, 1, 1, 0)];
         let (inp, nodes) = input(shapes.clone(), w.clone(), 10 * S);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
         // Past the bound: one GPU — the one whose run ends first — drains for it.
         let (mut inp, nodes) = input(shapes.clone(), w.clone(), 61 * S);
         inp.admitted = (0..8u32)
@@ -659,7 +720,13 @@ mod tests {
                 a
             })
             .collect();
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.keys().copied().collect::<Vec<_>>(), vec![5]);
@@ -669,7 +736,14 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 1, 1, 0)],
             600 * S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
         // One drain at a time.
         let mut pending = shapes.remove(0);
         pending.0.metadata.annotations = Some(BTreeMap::from([(
@@ -677,7 +751,14 @@ mod tests {
             r#"{"state": "pending", "reason": "waiting for GPU 0", "waitingGpus": [0]}"#.into(),
         )]));
         let (inp, nodes) = input(vec![pending], w, 61 * S);
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
     }
 
     #[test]
@@ -712,7 +793,13 @@ mod tests {
                 (MIG.to_string(), 7),
             ]);
             inp.admitted = admitted.clone();
-            plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new())
+            plan(
+                &inp,
+                &nodes,
+                &Recent::default(),
+                &Policy::default(),
+                &BTreeSet::new(),
+            )
         };
         // Not before the bound.
         assert!(plan_with(4, 10 * S).is_empty());
@@ -751,7 +838,13 @@ mod tests {
         ]);
         inp.admitted = admitted.clone();
         assert_eq!(
-            plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()),
+            plan(
+                &inp,
+                &nodes,
+                &Recent::default(),
+                &Policy::default(),
+                &BTreeSet::new()
+            ),
             reference
         );
     }
@@ -765,7 +858,13 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 8, 1, 0)],
             10 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0])
@@ -835,7 +934,13 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0]).values().all(|u| units(u, MIG) == 7));
@@ -845,13 +950,26 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        assert!(plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new()).is_empty());
+        assert!(plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new()
+        )
+        .is_empty());
         let (inp, nodes) = input(
             vec![unseen(&[(3, 1)])],
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             61 * S,
         );
-        let changes = plan(&inp, &nodes, &Recent::default(), 60 * S, &BTreeSet::new());
+        let changes = plan(
+            &inp,
+            &nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        );
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.len(), 8);
@@ -983,6 +1101,30 @@ mod tests {
         inp.admitted.pop();
         inp.admitted[0].protected = true;
         assert_eq!(keys(&inp, &policy, &none), vec!["ns/b"]);
+        // Never the runs of the tenant owed the kind: `train`'s own MIG runs, beyond its MIG
+        // guarantee (none), stay for `train`...
+        inp.admitted[0].protected = false;
+        for a in &mut inp.admitted {
+            a.tenant = "train".into();
+        }
+        assert!(keys(&inp, &policy, &none).is_empty());
+        // ...and go for another tenant waiting for whole GPUs below its guarantee.
+        let mut other = waiting("ns/other", fabrik_api::RESOURCE_GPU, 2, 1, 0);
+        other.tenant = "other".into();
+        inp.tenants
+            .push(queue("other", fabrik_api::RESOURCE_GPU, 4));
+        inp.waiting.push(other);
+        let gone = in_the_way(&inp, std::slice::from_ref(&n), &policy, &none);
+        assert_eq!(
+            gone.iter().map(|p| p.key.as_str()).collect::<Vec<_>>(),
+            vec!["ns/a", "ns/b"]
+        );
+        assert!(
+            gone.iter().all(|p| p
+                .message
+                .contains("tenant other waits for below its guarantee")),
+            "{gone:?}"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use crate::layout::GpuLayout;
-use crate::queue::{Input, Waiting};
+use crate::queue::{Input, Policy, Waiting};
 use k8s_openapi::api::core::v1::Node;
 
 use super::{gpu_layout_for, layout_text, node_gpus, units, Change, NodeGpus, Recent, Units};
@@ -51,21 +51,21 @@ enum Converted {
 }
 
 /// The layouts to write for the demand waiting in `input`: idle GPUs nobody waits for laid out
-/// for the kinds too little of is free; past `drain_after` (nanoseconds of waiting), busy GPUs
-/// that drain. Workloads their tenant's limits refuse (`limited`: more GPUs would not let them
+/// for the kinds too little of is free; past the policy's starvation bound, busy GPUs that
+/// drain. None of the GPUs laid out within the policy's layout hold. Workloads their tenant's limits refuse (`limited`: more GPUs would not let them
 /// run) count for nothing, so that a tenant past its quota cannot toss layouts about. See the
 /// parent module.
 pub fn plan(
     input: &Input,
     nodes: &[Node],
     recent: &Recent,
-    drain_after: i128,
+    policy: &Policy,
     limited: &BTreeSet<String>,
 ) -> Vec<Change> {
     if recent.settling(input.now) {
         return Vec::new();
     }
-    let mut p = Planner::new(input, nodes, recent, limited);
+    let mut p = Planner::new(input, nodes, recent, policy.layout_hold, limited);
     let draining = nodes.iter().any(super::relayout_pending);
     let mut drained = false;
     // A tenant's work of one kind and pod size that found no room finds none later in this
@@ -105,7 +105,7 @@ pub fn plan(
             if !reserves {
                 hopeless.insert(memo);
             }
-            if draining || drained || input.now - w.arrival < drain_after {
+            if draining || drained || input.now - w.arrival < policy.starvation_after {
                 continue;
             }
             drained = p.drain(w, &resource, pod);
@@ -143,6 +143,7 @@ impl<'a> Planner<'a> {
         input: &'a Input,
         nodes: &[Node],
         recent: &Recent,
+        hold: i128,
         limited: &BTreeSet<String>,
     ) -> Planner<'a> {
         let laid: Vec<Option<NodeGpus>> = nodes
@@ -192,7 +193,7 @@ impl<'a> Planner<'a> {
             .iter()
             .flat_map(|r| r.nodes.iter().map(|n| (n.as_str(), r.key.as_str())))
             .collect();
-        let gpus = candidates(input, &laid, &names, recent);
+        let gpus = candidates(input, &laid, &names, recent, hold);
         Planner {
             input,
             laid,
@@ -420,6 +421,7 @@ fn candidates(
     laid: &[Option<NodeGpus>],
     names: &[&str],
     recent: &Recent,
+    hold: i128,
 ) -> Vec<Gpu> {
     // When each device's, and each node's, runs end at the latest.
     let mut ends: BTreeMap<(&str, &str), i128> = BTreeMap::new();
@@ -458,7 +460,7 @@ fn candidates(
             if !g.changing.is_empty()
                 || g.desired
                     .keys()
-                    .any(|&i| recent.held(names[n], i, input.now))
+                    .any(|&i| recent.held(names[n], i, input.now, hold))
             {
                 continue;
             }
@@ -482,7 +484,7 @@ fn candidates(
             continue;
         }
         for (&index, offers) in &g.have {
-            if g.changing.contains(&index) || recent.held(names[n], index, input.now) {
+            if g.changing.contains(&index) || recent.held(names[n], index, input.now, hold) {
                 continue;
             }
             gpus.push(Gpu {
