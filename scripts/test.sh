@@ -32,8 +32,11 @@ fi
 # so a build script that wanted it fails here), and what it builds starts `fabrik up`.
 PROTOC=/nonexistent/protoc cargo build --locked -p control-plane --bin fabrik
 scripts/smoke-up.sh target/debug/fabrik
-# The end-to-end tests start the real binaries: build them once, tests find them in target/debug.
-cargo build --locked "${features[@]}" -p control-plane --bin fabrik -p node-agent --bin fabrik-node-agent
+# Every test, and the binaries the end-to-end tests start (they find them in target/debug), in
+# one build: one feature resolution, the tests' dev-dependencies included, so the test run below
+# rebuilds nothing (a separate build of the binaries alone resolved features differently and
+# compiled every crate under them twice).
+cargo build --locked --workspace --tests --bins "${features[@]}"
 status=0
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --workspace --locked "${features[@]}" --no-fail-fast || status=$?

@@ -6,8 +6,7 @@
 //! * Endpoints of a Service with a selector belong to the host's endpoints controller: the
 //!   syncer leaves them alone, silently.
 
-mod common;
-use common::{create, eventually};
+use crate::common::{create, eventually};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;

@@ -1,8 +1,7 @@
 //! Two real Fabrik API servers (three, with a second tenant): one plays the host, the others
 //! tenants; the syncer runs between them as the tenant manager will run it.
 
-mod common;
-use common::{create, eventually};
+use crate::common::{create, eventually};
 
 use anyhow::Result;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret, Service};

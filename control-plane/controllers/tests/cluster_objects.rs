@@ -17,8 +17,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-mod common;
-use common::wait_for;
+use crate::common::wait_for;
 
 async fn start() -> Result<(Fabrik, kube::Client)> {
     start_with(&[]).await

@@ -16,8 +16,7 @@ use kube::discovery::ApiResource;
 use kube::ResourceExt;
 use serde_json::{json, Value};
 
-mod common;
-use common::wait_for;
+use crate::common::wait_for;
 
 fn resource(version: &str, kind: &str, plural: &str) -> ApiResource {
     ApiResource {

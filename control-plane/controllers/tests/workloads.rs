@@ -18,8 +18,7 @@ use kube::ResourceExt;
 use serde_json::{json, Value};
 use tokio::sync::oneshot;
 
-mod common;
-use common::wait_for;
+use crate::common::wait_for;
 
 struct Cluster {
     fabrik: Fabrik,

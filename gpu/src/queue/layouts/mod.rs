@@ -23,7 +23,8 @@
 //! admitted in queue order are never preempted for a layout: the GPU waits for them to end.
 //!
 //! A GPU re-laid out here is left alone for the policy's layout hold ([`HOLD`] unless the
-//! platform sets another), so that two demands cannot toss it between them; after a write the queue waits for the node to show it before planning more.
+//! platform sets another), so that two demands cannot toss it between them; after a write the
+//! queue waits for the node to show it before planning more.
 //! A node whose GPUs the queue cannot see one by one (a host without DRA, where no
 //! ResourceSlice names them) is laid out as one: all its GPUs alike, when none is in use (or,
 //! draining, as above), and takes no new work while its agent reports the layout `pending`.

@@ -1,0 +1,6 @@
+//! The integration tests of this crate, in one test binary (a module per area): one link of
+//! the dependencies instead of one per file.
+
+mod agent;
+mod tenant_networks;
+mod tenant_segments;

@@ -1,0 +1,7 @@
+//! The integration tests of this crate, in one test binary (a module per area): one link of
+//! the dependencies instead of one per file.
+
+mod common;
+
+mod in_cluster_access;
+mod two_clusters;
