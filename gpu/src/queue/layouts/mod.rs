@@ -455,6 +455,17 @@ mod tests {
     const S: i128 = 1_000_000_000;
     const MIG: &str = "nvidia.com/mig-1g.18gb";
 
+    /// The plan with nothing laid out lately, the default policy and no tenant limited.
+    fn plan_afresh(inp: &Input, nodes: &[Node]) -> Vec<Change> {
+        plan(
+            inp,
+            nodes,
+            &Recent::default(),
+            &Policy::default(),
+            &BTreeSet::new(),
+        )
+    }
+
     /// A host node of 8 H200s laid out as `layout` (None: no annotation, whole), the busy
     /// devices as `(gpu, used)`, and its view as the node agent would publish it.
     fn node(name: &str, layout: Option<&str>, busy: &[(u32, i64)]) -> (Node, NodeView) {
@@ -583,13 +594,7 @@ mod tests {
             .map(|i| waiting(&format!("ns/p{i}"), MIG, 1, 1, 0))
             .collect();
         let (inp, nodes) = input(shapes, w, 10 * S);
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1, "{changes:?}");
         let c = &changes[0];
         // One GPU makes seven instances: enough. On the node already in use (the idle one is
@@ -628,14 +633,7 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             S,
         );
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
     }
 
     #[test]
@@ -649,23 +647,10 @@ mod tests {
             waiting("ns/train", fabrik_api::RESOURCE_GPU, 3, 1, 0),
             waiting("ns/infer", MIG, 1, 8, 0),
         ]);
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
         // Nobody waits for MIG: a 2-GPU pod gets both MIG GPUs made whole.
         let (inp, nodes) = mk(vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 2, 1, 0)]);
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1, "{changes:?}");
         let o = offers(&changes[0]);
         assert_eq!(
@@ -703,14 +688,7 @@ mod tests {
         let mut shapes = vec![node("n1", None, &busy)];
         let w = vec![waiting("ns/infer", MIG, 1, 1, 0)];
         let (inp, nodes) = input(shapes.clone(), w.clone(), 10 * S);
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
         // Past the bound: one GPU — the one whose run ends first — drains for it.
         let (mut inp, nodes) = input(shapes.clone(), w.clone(), 61 * S);
         inp.admitted = (0..8u32)
@@ -721,13 +699,7 @@ mod tests {
                 a
             })
             .collect();
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.keys().copied().collect::<Vec<_>>(), vec![5]);
@@ -737,14 +709,7 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 1, 1, 0)],
             600 * S,
         );
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
         // One drain at a time.
         let mut pending = shapes.remove(0);
         pending.0.metadata.annotations = Some(BTreeMap::from([(
@@ -752,14 +717,7 @@ mod tests {
             r#"{"state": "pending", "reason": "waiting for GPU 0", "waitingGpus": [0]}"#.into(),
         )]));
         let (inp, nodes) = input(vec![pending], w, 61 * S);
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
     }
 
     #[test]
@@ -794,13 +752,7 @@ mod tests {
                 (MIG.to_string(), 7),
             ]);
             inp.admitted = admitted.clone();
-            plan(
-                &inp,
-                &nodes,
-                &Recent::default(),
-                &Policy::default(),
-                &BTreeSet::new(),
-            )
+            plan_afresh(&inp, &nodes)
         };
         // Not before the bound.
         assert!(plan_with(4, 10 * S).is_empty());
@@ -838,16 +790,7 @@ mod tests {
             (MIG.to_string(), 7),
         ]);
         inp.admitted = admitted.clone();
-        assert_eq!(
-            plan(
-                &inp,
-                &nodes,
-                &Recent::default(),
-                &Policy::default(),
-                &BTreeSet::new()
-            ),
-            reference
-        );
+        assert_eq!(plan_afresh(&inp, &nodes), reference);
     }
 
     #[test]
@@ -859,13 +802,7 @@ mod tests {
             vec![waiting("ns/train", fabrik_api::RESOURCE_GPU, 8, 1, 0)],
             10 * S,
         );
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1);
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0])
@@ -935,13 +872,7 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert_eq!(changes[0].gpus.len(), 8);
         assert!(offers(&changes[0]).values().all(|u| units(u, MIG) == 7));
@@ -951,26 +882,13 @@ mod tests {
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             10 * S,
         );
-        assert!(plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new()
-        )
-        .is_empty());
+        assert!(plan_afresh(&inp, &nodes).is_empty());
         let (inp, nodes) = input(
             vec![unseen(&[(3, 1)])],
             vec![waiting("ns/p", MIG, 1, 1, 0)],
             61 * S,
         );
-        let changes = plan(
-            &inp,
-            &nodes,
-            &Recent::default(),
-            &Policy::default(),
-            &BTreeSet::new(),
-        );
+        let changes = plan_afresh(&inp, &nodes);
         assert_eq!(changes.len(), 1, "{changes:?}");
         assert!(changes[0].drains);
         assert_eq!(changes[0].gpus.len(), 8);
