@@ -5,6 +5,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
+# A clean build takes about 2.9 GB under target/debug: say so up front where less is free,
+# rather than fail later inside a linker.
+free_kib=$(df -Pk "$root" 2>/dev/null | awk 'NR == 2 {print $4}') || free_kib=""
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((3 * 1024 * 1024)) ] && [ ! -d target/debug/deps ]; then
+  echo "test.sh: only $((free_kib / 1024)) MiB free here; a clean build of the suite needs about 3 GiB" >&2
+fi
+
 scripts/install-test-deps.sh
 export PATH="$root/.tools/bin:$PATH"
 
