@@ -542,8 +542,8 @@ struct State {
     told: BTreeMap<String, std::time::Instant>,
     /// GPUs freed lately, for estimated waits.
     freed: wait::Freed,
-    /// Per kind of GPU: why the last layout written for it failed (told to the pods waiting
-    /// for it until a layout for it is written).
+    /// Per kind of GPU: why the last pass's layout for it could not be written (told to the
+    /// pods waiting for it by the next pass).
     layouts_failed: BTreeMap<String, String>,
     /// What was wrong with the policy ConfigMap, as last told.
     policy_problems: String,
@@ -636,7 +636,10 @@ async fn pass(
     state.freed.observe(&input, std::time::Instant::now());
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // Kinds of GPU too little of is free: idle GPUs nobody waits for are laid out for them
-    // (or, past the starvation bound, busy ones drain for a pod no node could hold).
+    // (or, past the starvation bound, busy ones drain for a pod no node could hold). What
+    // failed is what this pass's writes failed for: a kind the plan no longer lays out (its
+    // demand gone, or served by GPUs that freed up) is no longer said to be retried.
+    let mut failed = BTreeMap::new();
     for change in layouts::plan(
         &input,
         &nodes,
@@ -654,9 +657,6 @@ async fn pass(
         {
             Ok(_) => {
                 state.ok(&what);
-                for r in change.gpus.values() {
-                    state.layouts_failed.remove(r);
-                }
                 state
                     .repartitioned
                     .note(node, change.gpus.keys().copied(), input.now);
@@ -669,16 +669,16 @@ async fn pass(
                     "GPU queue: GPUs laid out for waiting demand");
             }
             Err(e) => {
-                let told = layout_failure(node, &e);
-                if let Some(told) = told {
+                if let Some(told) = layout_failure(node, &e) {
                     for r in change.gpus.values() {
-                        state.layouts_failed.insert(r.clone(), told.clone());
+                        failed.insert(r.clone(), told.clone());
                     }
                 }
                 state.failed(what, &e);
             }
         }
     }
+    state.layouts_failed = failed;
 }
 
 /// Lets the gated pods that take no GPU go (their claims are for other devices): the gate
