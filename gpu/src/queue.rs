@@ -501,6 +501,11 @@ enum Refusal {
 }
 
 impl Refusal {
+    /// Whether it waits for room on the nodes (which a reservation's drain can make).
+    fn for_room(&self) -> bool {
+        matches!(self, Refusal::Placement(_) | Refusal::Capacity(_))
+    }
+
     fn message(&self) -> &str {
         match self {
             Refusal::Limit(m)
@@ -715,8 +720,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         })
     };
     let waiting_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| {
-        matches!(refusal, Refusal::Placement(_) | Refusal::Capacity(_))
-            && within_share(w, run, &Gpus::new())
+        refusal.for_room() && within_share(w, run, &Gpus::new())
     };
     let mut reservations: Vec<Reservation> = input
         .reservations
@@ -784,9 +788,22 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         run = pass(input, &fair, &reservations);
     }
     reservations.retain(|r| !run.admit.iter().any(|a| a.key == r.key));
+    // The reserved workloads that wait for room alone: their nodes are drained for them. One
+    // that waits for its tenant's share has nothing drained for it and speaks for no GPUs
+    // (others' work may use its nodes as backfill, drained once it waits for room alone).
+    let for_room: BTreeSet<&str> = run
+        .blocked
+        .values()
+        .flatten()
+        .filter(|(refusal, _)| refusal.for_room())
+        .map(|(_, w)| w.key.as_str())
+        .collect();
     // When each reserved workload will fit at the latest, fixed once known: backfill that ends
     // by then does not delay it.
-    for r in reservations.iter_mut().filter(|r| r.start_by.is_none()) {
+    for r in reservations
+        .iter_mut()
+        .filter(|r| r.start_by.is_none() && for_room.contains(r.key.as_str()))
+    {
         if let Some(w) = input.waiting.iter().find(|w| w.key == r.key) {
             r.start_by = start_by(input, r, w, &run.nodes);
         }
@@ -807,8 +824,11 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         decision.preempt = preempt;
         spoken_for.extend(nodes);
     }
-    for r in &reservations {
-        let (preempt, nodes) = drain(input, r, &run.nodes, &decision.preempt);
+    for r in reservations
+        .iter()
+        .filter(|r| for_room.contains(r.key.as_str()))
+    {
+        let (preempt, nodes) = drain(&run.books, &fair_of, r, &run.nodes, &decision.preempt);
         decision.preempt.extend(preempt);
         spoken_for.extend(nodes);
     }
@@ -829,6 +849,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     );
     let known_starts: BTreeMap<String, i128> = reservations
         .iter()
+        .filter(|r| for_room.contains(r.key.as_str()))
         .filter_map(|r| r.start_by.map(|by| (r, by)))
         .flat_map(|(r, by)| r.nodes.iter().map(move |n| (n.clone(), by)))
         .collect();
@@ -978,11 +999,20 @@ fn tell_waiting(
     };
     if let Some(r) = reservations.iter().find(|r| r.key == w.key) {
         let nodes: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
-        message.push_str(&format!(
-            "; waited past the starvation bound: node(s) {} reserved for it (no new work goes there)",
-            nodes.join(", ")
-        ));
-        if let Some(by) = r.start_by {
+        if refusal.for_room() {
+            message.push_str(&format!(
+                "; waited past the starvation bound: node(s) {} reserved for it (no new work \
+                 goes there)",
+                nodes.join(", ")
+            ));
+        } else {
+            message.push_str(&format!(
+                "; waited past the starvation bound: node(s) {} reserved for it (others' work \
+                 goes there only as backfill until its tenant's share lets it run)",
+                nodes.join(", ")
+            ));
+        }
+        if let Some(by) = r.start_by.filter(|_| refusal.for_room()) {
             message.push_str(&format!(
                 ", free for it {} at the latest (the runs there declare their ends)",
                 within(by - now)
@@ -1553,11 +1583,13 @@ fn reclaim(
 /// fewer GPU-seconds than preempting it loses); and the reserved nodes, spoken for once the
 /// workload fits there (now, or when what is leaving has gone).
 fn drain(
-    input: &Input,
+    books: &Books<'_>,
+    fair_of: &dyn Fn(&str, &str) -> i64,
     r: &Reservation,
     nodes: &[NodeView],
     preempted: &[Preemption],
 ) -> (Vec<Preemption>, BTreeSet<String>) {
+    let input = books.input;
     let Some(w) = input.waiting.iter().find(|w| w.key == r.key) else {
         return (Vec::new(), BTreeSet::new());
     };
@@ -1606,6 +1638,12 @@ fn drain(
         }
         chosen.push(a);
         if place_off(&view, w, &off).is_ok() {
+            if !admissible_after(books, fair_of, w, &chosen) {
+                // The drain would put the tenants whose backfill it takes below their fair
+                // shares, and the workload, past its own, would then be refused for them: it
+                // would throw work away for nothing. Its nodes take backfill meanwhile.
+                return (Vec::new(), BTreeSet::new());
+            }
             let on: Vec<&str> = r.nodes.iter().map(String::as_str).collect();
             let preempt = chosen
                 .iter()
@@ -1627,6 +1665,35 @@ fn drain(
         }
     }
     (Vec::new(), BTreeSet::new())
+}
+
+/// Whether `w` is still admitted in queue order once `victims` are preempted: a workload taking
+/// its tenant past its guarantee and its fair share is refused while another tenant below its
+/// fair share waits (see [`try_admit`]) — as the victims' tenants would, where the preemption
+/// takes them below theirs.
+fn admissible_after(
+    books: &Books<'_>,
+    fair_of: &dyn Fn(&str, &str) -> i64,
+    w: &Waiting,
+    victims: &[&Admitted],
+) -> bool {
+    let Some(t) = books.tenant(&w.tenant) else {
+        return false;
+    };
+    w.gpus().iter().all(|(r, n)| {
+        let held = books.held(&w.tenant, r);
+        let fair = fair_of(&w.tenant, r);
+        if held + n <= t.guaranteed(r) || held + n <= fair || held < fair {
+            return true;
+        }
+        let mut taken: BTreeMap<&str, i64> = BTreeMap::new();
+        for v in victims.iter().filter(|v| v.tenant != w.tenant) {
+            *taken.entry(v.tenant.as_str()).or_insert(0) += get(&v.gpus(), r);
+        }
+        taken
+            .iter()
+            .all(|(o, k)| *k == 0 || books.held(o, r) - k >= fair_of(o, r))
+    })
 }
 
 /// How many of one tenant's waiting workloads reclaim serves in one decision.
@@ -2272,6 +2339,77 @@ mod tests {
         );
         assert!(d.admit.is_empty(), "{:?}", d.admit);
         assert_eq!(d.reservations.len(), 1);
+    }
+
+    #[test]
+    fn a_reservation_past_its_tenant_s_share_idles_no_gpu_and_drains_nothing() {
+        // t's 2-GPU job arrived at 10 s; t's later 8-GPU run overtook it and fills one node, so
+        // t is at its fair share (8 of 16) but for that run, and the job is reserved the other
+        // node. There o (fair share 8 too) runs 4 GPUs and wants more.
+        let s = 1_000_000_000i128;
+        let setup = |o_backfill: i64, o_more: i64, guarantees: (i64, i64)| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut late = hold(&mut nodes, "t", "t-late", 8, 30 * s);
+            late.arrival = 20 * s;
+            let reserved = if late.pods[0].node == "n1" {
+                "n2"
+            } else {
+                "n1"
+            };
+            let mut admitted = vec![late, hold(&mut nodes, "o", "o-run", 4, 0)];
+            if o_backfill > 0 {
+                let mut b = hold(&mut nodes, "o", "o-backfill", o_backfill, 150 * s);
+                b.backfill = true;
+                admitted.push(b);
+            }
+            let mut i = input(
+                vec![
+                    tenant("t", guarantees.0, 16 - guarantees.0),
+                    tenant("o", guarantees.1, 16 - guarantees.1),
+                ],
+                nodes,
+                vec![
+                    waiting("t", "job", 2, 10 * s),
+                    waiting("o", "more", o_more, 40 * s),
+                ],
+            );
+            i.capacity.insert("nvidia.com/gpu".into(), 16);
+            i.admitted = admitted;
+            i.now = 200 * s;
+            i.reservations = vec![Reservation {
+                key: "fabrik-t/job".into(),
+                nodes: BTreeSet::from([reserved.to_string()]),
+                since: 100 * s,
+                start_by: None,
+            }];
+            (decide(&i, &Policy::default()), reserved)
+        };
+        // o, below its share, waits: the job is refused for t's share, not for room. Its node
+        // is not spoken for: o's work runs on its free GPUs as backfill (they idled before).
+        let (d, reserved) = setup(0, 4, (8, 8));
+        let more = d.admit.iter().find(|a| a.key == "fabrik-o/more");
+        assert!(
+            more.is_some_and(|a| a.backfill && a.placements[0].1 == reserved),
+            "{:?}\n{:?}",
+            d.admit,
+            d.waiting
+        );
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert!(
+            d.waiting["fabrik-t/job"].contains("only as backfill"),
+            "{}",
+            d.waiting["fabrik-t/job"]
+        );
+        // The node full with o's work, 4 GPUs of it backfill placed since the reservation: o
+        // at its share, the job waits for room. Draining o's backfill would put o below its
+        // share, and the job, past t's, would then be refused for it: nothing is preempted.
+        let (d, _) = setup(4, 1, (8, 8));
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert!(d.admit.iter().all(|a| a.key != "fabrik-t/job"));
+        // Where the job is within t's guarantee (12; o's 4), the same backfill is drained.
+        let (d, _) = setup(4, 1, (12, 4));
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-o/o-backfill"], "{:?}", d.waiting);
     }
 
     #[test]
