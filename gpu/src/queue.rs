@@ -1681,18 +1681,20 @@ fn admissible_after(
         return false;
     };
     w.gpus().iter().all(|(r, n)| {
-        let held = books.held(&w.tenant, r);
+        let mut taken: BTreeMap<&str, i64> = BTreeMap::new();
+        for v in victims {
+            *taken.entry(v.tenant.as_str()).or_insert(0) += get(&v.gpus(), r);
+        }
+        let after = |tenant: &str| books.held(tenant, r) - taken.get(tenant).copied().unwrap_or(0);
+        let held = after(&w.tenant);
         let fair = fair_of(&w.tenant, r);
         if held + n <= t.guaranteed(r) || held + n <= fair || held < fair {
             return true;
         }
-        let mut taken: BTreeMap<&str, i64> = BTreeMap::new();
-        for v in victims.iter().filter(|v| v.tenant != w.tenant) {
-            *taken.entry(v.tenant.as_str()).or_insert(0) += get(&v.gpus(), r);
-        }
         taken
             .iter()
-            .all(|(o, k)| *k == 0 || books.held(o, r) - k >= fair_of(o, r))
+            .filter(|(o, k)| **o != w.tenant && **k > 0)
+            .all(|(o, _)| after(o) >= fair_of(o, r))
     })
 }
 
@@ -2410,6 +2412,51 @@ mod tests {
         let (d, _) = setup(4, 1, (12, 4));
         let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(taken, vec!["fabrik-o/o-backfill"], "{:?}", d.waiting);
+    }
+
+    #[test]
+    fn a_drain_counts_the_backfill_it_takes_from_the_reserved_workload_s_own_tenant() {
+        // t (2 guaranteed, its fair share) runs 2 GPUs of backfill on n1, which is reserved for
+        // its older 8-GPU job; o (14 guaranteed, its fair share) runs 6 more there as backfill
+        // and fills n2. Draining n1 takes t's own backfill too, which leaves t below its share:
+        // the job is admitted once n1 is empty, so the drain goes ahead, o's backfill with it.
+        let s = 1_000_000_000i128;
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut mine = hold(&mut nodes, "t", "t-backfill", 2, 150 * s);
+        mine.backfill = true;
+        let mut theirs = hold(&mut nodes, "o", "o-backfill", 6, 160 * s);
+        theirs.backfill = true;
+        let full = hold(&mut nodes, "o", "o-run", 8, 0);
+        assert_eq!(
+            (&mine.pods[0].node, &theirs.pods[0].node, &full.pods[0].node),
+            (&"n1".to_string(), &"n1".to_string(), &"n2".to_string())
+        );
+        let mut i = input(
+            vec![tenant("t", 2, 14), tenant("o", 14, 2)],
+            nodes,
+            vec![
+                waiting("t", "big", 8, 10 * s),
+                waiting("o", "more", 1, 40 * s),
+            ],
+        );
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = vec![mine, theirs, full];
+        i.now = 200 * s;
+        i.reservations = vec![Reservation {
+            key: "fabrik-t/big".into(),
+            nodes: BTreeSet::from(["n1".to_string()]),
+            since: 100 * s,
+            start_by: None,
+        }];
+        let d = decide(&i, &Policy::default());
+        let mut taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        taken.sort();
+        assert_eq!(
+            taken,
+            vec!["fabrik-o/o-backfill", "fabrik-t/t-backfill"],
+            "{:?}",
+            d.waiting
+        );
     }
 
     #[test]
