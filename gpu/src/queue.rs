@@ -1580,8 +1580,9 @@ fn reclaim(
 
 /// When a reservation's nodes have drained but for backfill, the backfill that stands in its
 /// workload's way, newest first (not a run known to end so soon that waiting for it idles
-/// fewer GPU-seconds than preempting it loses); and the reserved nodes, spoken for once the
-/// workload fits there (now, or when what is leaving has gone).
+/// fewer GPU-seconds than preempting it loses; none where taking it would leave the workload
+/// refused for its tenant's share, [`admissible_after`]); and the reserved nodes, spoken for
+/// once the workload fits there (now, or when what is leaving has gone).
 fn drain(
     books: &Books<'_>,
     fair_of: &dyn Fn(&str, &str) -> i64,

@@ -325,7 +325,8 @@ async fn history_is_bounded_in_bytes() -> TestResult {
     // The byte bound survives a restart (the usage record keeps the history's size).
     let before = store.history_bytes();
     drop((store, stream, backend));
-    let backend = SledBackend::open(SledConfig {
+    // As a restart does: the handle just dropped may hold sled's file lock a moment longer.
+    let backend = super::reopen(SledConfig {
         history_bytes: bound,
         ..SledConfig::new(dir.path())
     })?;
