@@ -1320,7 +1320,27 @@ fn gpus_taken_through_resource_claims_are_queued_and_reclaimed() {
             seen = pods_of(&k, &beta, "claims")?;
             Ok(seen.0 == 12)
         })
-        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        .map_err(|e| {
+            // Where a pod is neither bound nor queued, what the tenant and the host say of it.
+            let show = |kubeconfig: &std::path::Path, args: &[&str]| {
+                kc_ok(&k, kubeconfig, args).unwrap_or_else(|e| format!("({e:#})"))
+            };
+            anyhow::anyhow!(
+                "{e}: {seen:?}\n--- beta ---\n{}\n--- host ---\n{}",
+                show(&beta, &["get", "pods,resourceclaims", "-o", "wide"]),
+                show(
+                    &host,
+                    &[
+                        "get",
+                        "pods,resourceclaims",
+                        "-n",
+                        "fabrik-beta",
+                        "-o",
+                        r#"custom-columns=NAME:.metadata.name,NODE:.spec.nodeName,GATES:.spec.schedulingGates[*].name,ADMITTED:.metadata.annotations.fabrik\.dev/queue-admitted,SCHEDULED:.status.conditions[?(@.type=="PodScheduled")].message"#,
+                    ],
+                )
+            )
+        })?;
         let mut st = (0, 0, 0, 0);
         poll_until("beta's standing counts its claims", WAIT, || {
             st = standing(&f, &k, "beta")?;
