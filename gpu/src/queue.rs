@@ -1111,17 +1111,13 @@ fn try_admit(
         let claimed = get(claim, r);
         let queued = held + claimed;
         let fair = fair_of(&t.name, r);
-        if queued + n > t.guaranteed(r) && queued + n > fair && !backfill {
+        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, claimed == 0) {
             let contended = input.tenants.iter().any(|o| {
                 o.name != t.name
                     && books.pending(&o.name, r) > 0
                     && books.held(&o.name, r) < fair_of(&o.name, r)
             });
-            // A tenant still below its share may take one workload past it: a workload
-            // larger than its share would otherwise never run under contention (reclaim
-            // never takes it below its share, so this does not bounce).
-            let below = claimed == 0 && queued < fair;
-            if contended && !below {
+            if contended {
                 let kept = if claimed > 0 {
                     format!(", {claimed} of it kept for its own reserved workload")
                 } else {
@@ -1175,6 +1171,16 @@ fn try_admit(
 
 /// Where each pod of a workload goes — (pod, node) — and the nodes after.
 type Placed = (Vec<(String, String)>, Vec<NodeView>);
+
+/// Whether `n` more devices take a tenant holding `queued` (with what its reserved workloads
+/// ahead in its queue claim) past both its guarantee and its fair share — what waits in queue
+/// order while another tenant below its fair share waits. A tenant still below its share, with
+/// nothing claimed, may take one workload past it: a workload larger than its share would
+/// otherwise never run under contention (reclaim never takes it below its share, so this does
+/// not bounce).
+fn past_share(queued: i64, n: i64, guaranteed: i64, fair: i64, unclaimed: bool) -> bool {
+    queued + n > guaranteed && queued + n > fair && !(unclaimed && queued < fair)
+}
 
 /// Places every pod of `w` on the nodes not in `off`, all or nothing; or says why not, as a
 /// waiting pod is told.
@@ -1669,8 +1675,8 @@ fn drain(
 }
 
 /// Whether `w` is still admitted in queue order once `victims` are preempted: a workload taking
-/// its tenant past its guarantee and its fair share is refused while another tenant below its
-/// fair share waits (see [`try_admit`]) — as the victims' tenants would, where the preemption
+/// its tenant past its guarantee and its fair share ([`past_share`]) is refused while another
+/// tenant below its fair share waits — as the victims' tenants would, where the preemption
 /// takes them below theirs.
 fn admissible_after(
     books: &Books<'_>,
@@ -1687,9 +1693,13 @@ fn admissible_after(
             *taken.entry(v.tenant.as_str()).or_insert(0) += get(&v.gpus(), r);
         }
         let after = |tenant: &str| books.held(tenant, r) - taken.get(tenant).copied().unwrap_or(0);
-        let held = after(&w.tenant);
-        let fair = fair_of(&w.tenant, r);
-        if held + n <= t.guaranteed(r) || held + n <= fair || held < fair {
+        if !past_share(
+            after(&w.tenant),
+            *n,
+            t.guaranteed(r),
+            fair_of(&w.tenant, r),
+            true,
+        ) {
             return true;
         }
         taken
