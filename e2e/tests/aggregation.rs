@@ -190,8 +190,9 @@ fn an_aggregated_api_is_served_through_the_tenant() -> Result<()> {
 
     // Another tenant naming the same Service gets its own (absent) one.
     apply_ok(k, &other, &api_service("flavors", &backend.ca_bundle()))?;
-    // (Bounded by the availability controller's idle recheck: a missed store-watch wakeup,
-    // the open bug of the stop-26 note, once delayed this past 60 s in a loaded suite.)
+    // (Bounded by the availability controller's idle recheck should a wakeup be missed: a
+    // woken controller could list the revision before its event until stop 38, which once
+    // delayed this past 60 s in a loaded suite.)
     e2e::poll_until(
         "the bystander's ServiceNotFound",
         Duration::from_secs(90),

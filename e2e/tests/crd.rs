@@ -15,8 +15,9 @@ fn newest() -> Kubectl {
 }
 
 /// Polls for up to 75 s: what the CRD controller does is bounded by its own periodic pass
-/// (30 s) when a store-watch wakeup is lost under a loaded suite (the open latency bug, see
-/// the closing notes of stops 25–27), plus margin. Usually it takes well under a second.
+/// (30 s) should a store-watch wakeup ever be missed, plus margin. Usually it takes well under
+/// a second. (A woken controller could list the revision before its event until stop 38: the
+/// "lost wakeup" of stops 25–27.)
 fn poll(what: &str, mut check: impl FnMut() -> Result<bool>) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(75);
     while !check()? {

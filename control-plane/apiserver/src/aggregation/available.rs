@@ -359,8 +359,7 @@ pub async fn run(
             _ if local_pending => RETRY,
             Found::Available => RECHECK,
             // Without APIServices a pass is one empty list; it still runs now and then, so a
-            // missed wakeup (an open bug of store watches under load, see the CRD controller)
-            // delays a new APIService's condition by at most this, never forever.
+            // missed wakeup would delay a new APIService's condition by at most this.
             Found::Nothing => IDLE_RECHECK,
         };
         let go_on = match catalog.as_mut() {

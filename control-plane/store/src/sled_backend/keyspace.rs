@@ -9,7 +9,8 @@
 //! Visibility: a write is *committed* when its transaction is (in memory) and *durable* once
 //! a flush of the group-commit thread covers it. Readers only ever see durable revisions:
 //! `current_revision` is the latest durable one, lists are taken at it (undoing newer log
-//! entries), watch events are broadcast by the flusher after the flush, and a `get` that may
+//! entries), watch events are broadcast by the flusher after the flush (once readers see
+//! their revision, so a woken watcher never reads an older state), and a `get` that may
 //! have read a not yet durable value waits for the next flush. So a revision a client has
 //! seen survives any crash and is never handed out again.
 //!
@@ -254,6 +255,13 @@ impl FlushListener for Keyspace {
 
     fn after_flush(&self, durable: Revision) {
         let mut writer = self.lock_writer();
+        // Readers see the new revision before any watcher hears of it: a watcher woken by an
+        // event that then reads (a controller listing what changed) must read at least that
+        // event's revision, never the one before it.
+        if durable > writer.durable {
+            writer.durable = durable;
+            self.current.store(durable, Ordering::Release);
+        }
         while writer
             .pending
             .front()
@@ -266,10 +274,6 @@ impl FlushListener for Keyspace {
                 // No receivers is not an error: nobody is watching.
                 let _ = events.send(event);
             }
-        }
-        if durable > writer.durable {
-            writer.durable = durable;
-            self.current.store(durable, Ordering::Release);
         }
         self.has_pending
             .store(!writer.pending.is_empty(), Ordering::Release);

@@ -1,5 +1,6 @@
 //! sled-only behaviour tests: watchers lagging behind the live-event channel, a watcher
-//! overtaken by compaction, history bounded in bytes, nothing visible before its flush, and
+//! overtaken by compaction, history bounded in bytes, nothing visible before its flush, a woken
+//! watcher reading at least its event's revision, and
 //! crash safety under SIGKILL (acknowledged writes and watched revisions survive). The behaviour every backend shares
 //! is tested once for all backends in `crate::conformance`.
 
@@ -440,6 +441,72 @@ async fn seen_revisions_survive_sigkill() -> TestResult {
                 "round {round}: a seen change was lost or replaced"
             );
         }
+    }
+    Ok(())
+}
+
+/// A watcher woken by an event already reads that event's revision: the revision readers see
+/// moves before the event is published. (Published first, a controller woken by a deletion
+/// could list the revision before it, find nothing to do and sleep until its next periodic
+/// pass: the registry controllers' "lost wakeup" seen under load.) The waker records what a
+/// reader would see at the moment it is woken, which is inside the flusher's publishing.
+#[tokio::test]
+async fn a_watcher_woken_by_an_event_reads_at_least_its_revision() -> TestResult {
+    use std::sync::{Arc, Mutex};
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct SeenAtWake {
+        store: super::SledStore,
+        seen: Mutex<Vec<crate::Revision>>,
+    }
+    impl Wake for SeenAtWake {
+        fn wake(self: Arc<Self>) {
+            self.wake_by_ref();
+        }
+        fn wake_by_ref(self: &Arc<Self>) {
+            let current = self
+                .store
+                .inner
+                .current
+                .load(std::sync::atomic::Ordering::Acquire);
+            self.seen
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(current);
+        }
+    }
+
+    let dir = tempfile::tempdir()?;
+    let store = open(dir.path(), 100)?.keyspace("host")?;
+    let mut stream = store
+        .watch("", store.current_revision().await?, None)
+        .await?;
+    let probe = Arc::new(SeenAtWake {
+        store: store.clone(),
+        seen: Mutex::new(Vec::new()),
+    });
+    let waker = Waker::from(Arc::clone(&probe));
+    let mut cx = Context::from_waker(&waker);
+    for i in 0..20 {
+        assert!(stream.poll_next_unpin(&mut cx).is_pending());
+        let kv = store.create(&format!("/w/{i}"), val("v")).await?;
+        // The write returned once published, so the watcher has been woken.
+        let Poll::Ready(Some(Ok(WatchItem::Event(event)))) = stream.poll_next_unpin(&mut cx) else {
+            return Err("the published event is not ready".into());
+        };
+        assert_eq!(event.revision(), kv.mod_revision);
+        let seen = probe
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .drain(..)
+            .collect::<Vec<_>>();
+        assert!(!seen.is_empty(), "write {i}: the watcher was not woken");
+        assert!(
+            seen.iter().all(|rev| *rev >= kv.mod_revision),
+            "write {i} (revision {}): woken while readers saw {seen:?}",
+            kv.mod_revision
+        );
     }
     Ok(())
 }
