@@ -231,6 +231,21 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
                 bail!("/metrics lacks {want}");
             }
         }
+        // Over time: beta held 4 beyond its share while alpha waited below its own (reclaim
+        // off), so beta is ahead and alpha behind.
+        let lead = |tenant: &str| -> Option<f64> {
+            let key = format!(
+                "fabrik_queue_fair_share_lead_gpu_seconds{{tenant=\"{tenant}\",resource=\"nvidia.com/gpu\"}} "
+            );
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(key.as_str()))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        match (lead("beta"), lead("alpha")) {
+            (Some(b), Some(a)) if b > 0.0 && a < 0.0 => {}
+            other => bail!("leads over fair shares (beta, alpha): {other:?}"),
+        }
         Ok(())
     };
     if let Err(e) = run() {

@@ -14,6 +14,7 @@ use crate::placement::fit;
 use crate::placement::model::{NodeView, PodRequest};
 
 pub mod layouts;
+pub mod ledger;
 
 /// Requests or holdings per host GPU resource.
 pub type Gpus = BTreeMap<String, i64>;
@@ -153,6 +154,9 @@ pub struct Policy {
     /// a GPU between them, and that a reconfiguration costs less than the work it makes room
     /// for.
     pub layout_hold: i128,
+    /// The half-life of the [`ledger::Ledger`] that keeps fair shares over time, in
+    /// nanoseconds; 0: no ledger (fair shares at each instant only).
+    pub fairness_half_life: i128,
 }
 
 impl Default for Policy {
@@ -163,6 +167,7 @@ impl Default for Policy {
             group_weights: BTreeMap::new(),
             reclaim_grace: 0,
             layout_hold: layouts::HOLD,
+            fairness_half_life: ledger::HALF_LIFE,
         }
     }
 }
@@ -201,6 +206,11 @@ pub struct Input {
     pub waiting: Vec<Waiting>,
     /// The reservations of the previous decision, each kept while its workload waits.
     pub reservations: Vec<Reservation>,
+    /// Per tenant and resource, the device-seconds it has lately been ahead of its fair share
+    /// (negative: behind), from a [`ledger::Ledger`]; empty: fair shares count at each instant
+    /// only. A tenant ahead takes no workload past its fair share while others below theirs
+    /// wait.
+    pub lead: BTreeMap<String, Gpus>,
     /// Now, in nanoseconds since the epoch.
     pub now: i128,
 }
@@ -348,6 +358,11 @@ impl Books<'_> {
 
     fn pending(&self, tenant: &str, r: &str) -> i64 {
         self.pending.get(tenant).map(|m| get(m, r)).unwrap_or(0)
+    }
+
+    /// Device-seconds `tenant` has lately been ahead of its fair share of `r` (negative: behind).
+    fn lead(&self, tenant: &str, r: &str) -> i64 {
+        self.input.lead.get(tenant).map(|m| get(m, r)).unwrap_or(0)
     }
 
     /// What the tenants other than `tenant` hold or keep of `r`: their pods, and the idle
@@ -695,7 +710,8 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
 
     // Reservations: a new one for every workload its tenant's share allows that has waited
     // longer than the starvation bound for room — refused because the nodes have no room for it
-    // (smaller workloads take the pieces) or because others hold the GPUs — oldest first, on
+    // (smaller workloads take the pieces) or because others hold the GPUs — those of the
+    // tenants furthest behind their fair shares over time first, then the oldest, on
     // nodes no other reservation holds; beyond the first, while at most half the nodes are
     // reserved; a tenant's reservations together within its share. Each is kept while its
     // workload waits for room within its tenant's share (refused by its limits or its share,
@@ -711,12 +727,16 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     //
     // Within its share: its tenant below its fair share at its turn, not counting what its
     // own later workloads, which overtook it, hold; `reserved`: what its tenant's reservations
-    // made before it claim.
+    // made before it claim. Past its share only while its tenant is not ahead of its share over
+    // time (as `past_share` allows).
     let within_share = |w: &Waiting, run: &Pass<'_>, reserved: &Gpus| {
         let overtook = run.holders.overtaken(w);
-        w.gpus().keys().all(|r| {
-            run.books.held(&w.tenant, r) - get(&overtook, r) + get(reserved, r)
-                < fair_of(&w.tenant, r)
+        w.gpus().iter().all(|(r, n)| {
+            let at_turn = run.books.held(&w.tenant, r) - get(&overtook, r) + get(reserved, r);
+            let fair = fair_of(&w.tenant, r);
+            let guaranteed = run.books.tenant(&w.tenant).map_or(0, |t| t.guaranteed(r));
+            at_turn < fair
+                && (run.books.lead(&w.tenant, r) <= 0 || at_turn + n <= fair.max(guaranteed))
         })
     };
     let waiting_for_room = |run: &Pass<'_>, w: &Waiting, refusal: &Refusal| {
@@ -752,7 +772,18 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         })
         .map(|(_, w)| *w)
         .collect();
-    starving.sort_by_key(|w| (w.arrival, w.key.clone()));
+    // The tenants furthest behind their fair shares over time first, then the oldest.
+    let behind = |w: &Waiting| {
+        w.gpus()
+            .keys()
+            .map(|r| {
+                let cap = get(&input.capacity, r).max(1);
+                i128::from(run.books.lead(&w.tenant, r)) * 1_000_000 / i128::from(cap)
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    starving.sort_by_key(|w| (behind(w), w.arrival, w.key.clone()));
     let schedulable = input.nodes.iter().filter(|n| n.schedulable).count();
     let mut added = false;
     for w in starving {
@@ -1111,7 +1142,9 @@ fn try_admit(
         let claimed = get(claim, r);
         let queued = held + claimed;
         let fair = fair_of(&t.name, r);
-        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, claimed == 0) {
+        let lead = books.lead(&t.name, r);
+        let may_pass = claimed == 0 && lead <= 0;
+        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, may_pass) {
             let contended = input.tenants.iter().any(|o| {
                 o.name != t.name
                     && books.pending(&o.name, r) > 0
@@ -1120,6 +1153,10 @@ fn try_admit(
             if contended {
                 let kept = if claimed > 0 {
                     format!(", {claimed} of it kept for its own reserved workload")
+                } else if queued < fair && lead > 0 {
+                    format!(
+                        "; it has lately held {lead} device-seconds beyond it, given back first"
+                    )
                 } else {
                     String::new()
                 };
@@ -1174,12 +1211,12 @@ type Placed = (Vec<(String, String)>, Vec<NodeView>);
 
 /// Whether `n` more devices take a tenant holding `queued` (with what its reserved workloads
 /// ahead in its queue claim) past both its guarantee and its fair share — what waits in queue
-/// order while another tenant below its fair share waits. A tenant still below its share, with
-/// nothing claimed, may take one workload past it: a workload larger than its share would
-/// otherwise never run under contention (reclaim never takes it below its share, so this does
-/// not bounce).
-fn past_share(queued: i64, n: i64, guaranteed: i64, fair: i64, unclaimed: bool) -> bool {
-    queued + n > guaranteed && queued + n > fair && !(unclaimed && queued < fair)
+/// order while another tenant below its fair share waits. A tenant still below its share that
+/// `may_pass` (nothing claimed, not ahead of its share over time) may take one workload past
+/// it: a workload larger than its share would otherwise never run under contention (reclaim
+/// never takes it below its share, so this does not bounce).
+fn past_share(queued: i64, n: i64, guaranteed: i64, fair: i64, may_pass: bool) -> bool {
+    queued + n > guaranteed && queued + n > fair && !(may_pass && queued < fair)
 }
 
 /// Places every pod of `w` on the nodes not in `off`, all or nothing; or says why not, as a
@@ -1698,7 +1735,7 @@ fn admissible_after(
             *n,
             t.guaranteed(r),
             fair_of(&w.tenant, r),
-            true,
+            books.lead(&w.tenant, r) <= 0,
         ) {
             return true;
         }
@@ -2250,6 +2287,102 @@ mod tests {
         let d = decide(&i, &Policy::default());
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
         assert!(d.standings["b"]["nvidia.com/gpu"].fair_share < 8);
+    }
+
+    #[test]
+    fn a_tenant_ahead_of_its_share_over_time_takes_nothing_past_it_while_others_wait() {
+        // a, b and c each guaranteed 5 of 16. a and c hold 4 each on one node and wait for
+        // 2-GPU jobs; b, holding nothing, waits for 8 (past its share of 5), the other node
+        // empty.
+        let tenants = vec![tenant("a", 5, 11), tenant("b", 5, 11), tenant("c", 5, 11)];
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let admitted = vec![
+            hold(&mut nodes, "a", "a0", 4, 0),
+            hold(&mut nodes, "c", "c0", 4, 0),
+        ];
+        let mut w = vec![waiting("b", "big", 8, 0)];
+        w.extend((0..3).map(|i| waiting("a", &format!("a-more{i}"), 2, 10 + i)));
+        w.extend((0..3).map(|i| waiting("c", &format!("c-more{i}"), 2, 10 + i)));
+        let mut i = input(tenants, nodes, w);
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted;
+        i.now = 30 * 1_000_000_000;
+        let big = |d: &Decision| d.admit.iter().any(|a| a.key == "fabrik-b/big");
+        // No record, or behind over time: its job goes past its share, as before.
+        assert!(big(&decide(&i, &Policy::default())));
+        i.lead = BTreeMap::from([("b".to_string(), Gpus::from([("nvidia.com/gpu".into(), -1)]))]);
+        assert!(big(&decide(&i, &Policy::default())));
+        // Ahead over time: it waits while a and c, below their shares, take what they may; it
+        // is told why.
+        i.lead = BTreeMap::from([(
+            "b".to_string(),
+            Gpus::from([("nvidia.com/gpu".into(), 1200)]),
+        )]);
+        let d = decide(&i, &Policy::default());
+        assert!(!big(&d), "{:?}", d.admit);
+        assert!(d.admit.iter().any(|a| a.tenant == "a"), "{:?}", d.admit);
+        let said = d.waiting.get("fabrik-b/big").cloned().unwrap_or_default();
+        assert!(
+            said.contains("at its fair share") && said.contains("1200 device-seconds beyond it"),
+            "{said}"
+        );
+        // Past the starvation bound no node is reserved for it: that would hold GPUs for
+        // nothing while it may not run.
+        i.now = 600 * 1_000_000_000;
+        let d = decide(&i, &Policy::default());
+        assert!(!big(&d), "{:?}", d.admit);
+        assert!(
+            d.reservations.iter().all(|r| r.key != "fabrik-b/big"),
+            "{:?}",
+            d.reservations
+        );
+        // Nobody else waiting: the record does not matter, idle GPUs are used.
+        let mut alone = i.clone();
+        alone.waiting.retain(|w| w.tenant == "b");
+        assert!(big(&decide(&alone, &Policy::default())));
+        // Refused for room (a's 2-GPU run on the other node), past the bound: a node is
+        // reserved for it only while its tenant is not ahead.
+        let mut nodes = i.nodes.clone();
+        i.admitted.push(hold(&mut nodes, "a", "a1", 2, 0));
+        i.nodes = nodes;
+        let reserved = |d: &Decision| d.reservations.iter().any(|r| r.key == "fabrik-b/big");
+        let d = decide(&i, &Policy::default());
+        assert!(!reserved(&d), "{:?}", d.reservations);
+        i.lead.clear();
+        let d = decide(&i, &Policy::default());
+        assert!(reserved(&d), "{:?} {:?}", d.reservations, d.waiting);
+    }
+
+    #[test]
+    fn the_tenant_furthest_behind_its_share_over_time_gets_the_reservation_first() {
+        // Two nodes of 8 with 2 GPUs busy on each; a's and b's 8-GPU jobs both starve, and only
+        // one node may be reserved. By arrival a's would go first; b has been further below
+        // its fair share lately.
+        let tenants = vec![tenant("a", 4, 12), tenant("b", 4, 12), tenant("x", 8, 0)];
+        let mut nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut admitted = vec![hold(&mut nodes, "x", "x0", 2, 0)];
+        let other = if admitted[0].pods[0].node == "n1" {
+            1
+        } else {
+            0
+        };
+        admitted.push(hold(&mut nodes[other..=other], "x", "x1", 2, 0));
+        let w = vec![waiting("a", "big", 8, 0), waiting("b", "big", 8, 10)];
+        let mut i = input(tenants, nodes, w);
+        i.capacity.insert("nvidia.com/gpu".into(), 16);
+        i.admitted = admitted;
+        i.now = 600 * 1_000_000_000;
+        let reserved = |i: &Input| {
+            decide(i, &Policy::default())
+                .reservations
+                .iter()
+                .map(|r| r.key.clone())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(reserved(&i), ["fabrik-a/big"]);
+        let lead = |n: i64| Gpus::from([("nvidia.com/gpu".to_string(), n)]);
+        i.lead = BTreeMap::from([("a".to_string(), lead(-10)), ("b".to_string(), lead(-5000))]);
+        assert_eq!(reserved(&i), ["fabrik-b/big"]);
     }
 
     #[test]

@@ -551,6 +551,7 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
             admitted: admitted.into_values().collect(),
             waiting: waiting.into_values().collect(),
             reservations: Vec::new(),
+            lead: BTreeMap::new(),
             now,
         },
         release,

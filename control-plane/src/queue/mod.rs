@@ -43,7 +43,7 @@ use kube::{Api, Client};
 use serde_json::json;
 use tokio::sync::Notify;
 
-use fabrik_gpu::queue::{self as decide, layouts, Decision, Policy, Reservation};
+use fabrik_gpu::queue::{self as decide, layouts, ledger, Decision, Policy, Reservation};
 
 /// Settings of the queue controller.
 #[derive(Clone, Debug)]
@@ -98,6 +98,11 @@ pub struct QueueArgs {
     #[arg(long, value_name = "SECONDS", default_value_t = 60,
           value_parser = clap::value_parser!(u32).range(0..=3600))]
     queue_layout_hold_seconds: u32,
+    /// The half-life, in seconds, of the record of how far each tenant has lately been ahead of
+    /// its fair share: a tenant ahead takes no workload past its share while others below
+    /// theirs wait, so shares hold over time. 0: shares hold at each instant only.
+    #[arg(long, value_name = "SECONDS", default_value_t = (ledger::HALF_LIFE / 1_000_000_000) as u32)]
+    queue_fairness_half_life_seconds: u32,
 }
 
 impl QueueArgs {
@@ -110,6 +115,8 @@ impl QueueArgs {
                 group_weights: Default::default(),
                 reclaim_grace: i128::from(self.queue_reclaim_grace_seconds) * 1_000_000_000,
                 layout_hold: i128::from(self.queue_layout_hold_seconds) * 1_000_000_000,
+                fairness_half_life: i128::from(self.queue_fairness_half_life_seconds)
+                    * 1_000_000_000,
             },
             namespace: namespace.to_string(),
             ..Settings::default()
@@ -121,6 +128,8 @@ impl QueueArgs {
 #[derive(Default)]
 pub struct Figures {
     standings: Mutex<BTreeMap<String, Vec<QueueStatus>>>,
+    /// Per tenant and resource: device-seconds lately held beyond its fair share.
+    leads: Mutex<BTreeMap<String, decide::Gpus>>,
     admitted_total: std::sync::atomic::AtomicU64,
     preempted_total: std::sync::atomic::AtomicU64,
 }
@@ -181,6 +190,22 @@ impl Figures {
                         value(s)
                     ));
                 }
+            }
+        }
+        let leads = match self.leads.lock() {
+            Ok(l) => l.clone(),
+            Err(p) => p.into_inner().clone(),
+        };
+        let name = "fabrik_queue_fair_share_lead_gpu_seconds";
+        out.push_str(&format!(
+            "# HELP {name} GPU-seconds the tenant has lately held beyond its fair share \
+             (negative: below it), halved every fairness half-life.\n# TYPE {name} gauge\n"
+        ));
+        for (tenant, per) in &leads {
+            for (resource, v) in per {
+                out.push_str(&format!(
+                    "{name}{{tenant=\"{tenant}\",resource=\"{resource}\"}} {v}\n"
+                ));
             }
         }
         for (name, help, v) in [
@@ -265,9 +290,9 @@ where
 /// The platform's queue policy on the host: ConfigMap `fabrik-gpu-queue` in the control plane's
 /// namespace ([`Settings::namespace`], `fabrik-system` by default),
 /// keys `reclaim` (`true`/`false`), `starvationSeconds`, `reclaimGraceSeconds`,
-/// `layoutHoldSeconds` (at most 3600) and `groupWeights` (the weight of each group of tenants
-/// among the claimants of idle GPUs: `research=2, vision=1`; 1 for a group not listed); what it
-/// does not set comes from the command line.
+/// `fairnessHalfLifeSeconds`, `layoutHoldSeconds` (at most 3600) and `groupWeights` (the weight
+/// of each group of tenants among the claimants of idle GPUs: `research=2, vision=1`; 1 for a
+/// group not listed); what it does not set comes from the command line.
 pub const POLICY_CONFIGMAP: &str = "fabrik-gpu-queue";
 
 /// The policy a ConfigMap sets over `defaults`; a value that does not parse is told once (by
@@ -286,6 +311,7 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
     for (key, nanos) in [
         ("starvationSeconds", &mut policy.starvation_after),
         ("reclaimGraceSeconds", &mut policy.reclaim_grace),
+        ("fairnessHalfLifeSeconds", &mut policy.fairness_half_life),
     ] {
         if let Some(v) = data.get(key) {
             match v.trim().parse::<u32>() {
@@ -323,10 +349,11 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
             }
         }
     }
-    const SETTINGS: [&str; 5] = [
+    const SETTINGS: [&str; 6] = [
         "reclaim",
         "starvationSeconds",
         "reclaimGraceSeconds",
+        "fairnessHalfLifeSeconds",
         "layoutHoldSeconds",
         "groupWeights",
     ];
@@ -536,6 +563,9 @@ struct Stores<'a> {
 #[derive(Default)]
 struct State {
     reservations: Vec<Reservation>,
+    /// How far each tenant has lately been ahead of its fair share (kept in memory: a new
+    /// leader starts from even shares).
+    ledger: ledger::Ledger,
     /// Nodes repartitioned for demand lately.
     repartitioned: layouts::Recent,
     /// When each waiting pod was last told why it waits.
@@ -622,7 +652,15 @@ async fn pass(
         Some(cm) => policy_from(cm, &settings.policy, state),
         None => settings.policy.clone(),
     };
+    input.lead = state.ledger.lead(input.now, policy.fairness_half_life);
+    match figures.leads.lock() {
+        Ok(mut l) => l.clone_from(&input.lead),
+        Err(p) => p.into_inner().clone_from(&input.lead),
+    }
     let mut decision = decide::decide(&input, &policy);
+    state
+        .ledger
+        .record(input.now, policy.fairness_half_life, &decision.standings);
     // Backfill, and borrowers owed to a guarantee, alone keeping GPUs from their new layout go.
     for p in layouts::in_the_way(&input, &nodes, &policy, &decision.limited) {
         if !decision.preempt.iter().any(|q| q.key == p.key) {
@@ -1170,6 +1208,7 @@ mod tests {
                 ("reclaim", "false"),
                 ("starvationSeconds", "5"),
                 ("reclaimGraceSeconds", "30"),
+                ("fairnessHalfLifeSeconds", "0"),
                 ("layoutHoldSeconds", "600"),
                 ("groupWeights", "research=2, vision=1"),
             ]),
@@ -1179,6 +1218,7 @@ mod tests {
         assert!(!p.reclaim);
         assert_eq!(p.starvation_after, 5_000_000_000);
         assert_eq!(p.reclaim_grace, 30_000_000_000);
+        assert_eq!(p.fairness_half_life, 0);
         assert_eq!(p.layout_hold, 600_000_000_000);
         assert_eq!(
             p.group_weights,
@@ -1194,6 +1234,7 @@ mod tests {
                 ("reclaim", "maybe"),
                 ("starvationSeconds", "-1"),
                 ("reclaimGraceSeconds", "1.5"),
+                ("fairnessHalfLifeSeconds", "a day"),
                 ("layoutHoldSeconds", "3601"),
                 ("cohort", "x"),
                 ("groupWeights", "Research=2, vision=0, ok=3"),
@@ -1206,12 +1247,14 @@ mod tests {
                 p.reclaim,
                 p.starvation_after,
                 p.reclaim_grace,
+                p.fairness_half_life,
                 p.layout_hold
             ),
             (
                 defaults.reclaim,
                 defaults.starvation_after,
                 defaults.reclaim_grace,
+                defaults.fairness_half_life,
                 defaults.layout_hold
             )
         );
@@ -1220,6 +1263,7 @@ mod tests {
             "reclaim",
             "starvationSeconds",
             "reclaimGraceSeconds",
+            "fairnessHalfLifeSeconds",
             "layoutHoldSeconds",
             "cohort",
             "\"Research=2\"",

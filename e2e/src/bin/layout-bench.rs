@@ -660,6 +660,9 @@ impl<'a> Sim<'a> {
             admitted,
             waiting,
             reservations: std::mem::take(&mut self.reservations),
+            // Fair shares at each instant: this bench compares layouts, not fairness over time
+            // (its policy has no ledger).
+            lead: Default::default(),
             now: i128::from(t) * NS,
         };
         let policy = self.policy.clone();
@@ -831,6 +834,7 @@ fn main() {
         let began = Instant::now();
         let policy = Policy {
             layout_hold: i128::from(args.layout_hold_seconds) * NS,
+            fairness_half_life: 0,
             ..Policy::default()
         };
         let stats = Sim::new(&jobs, nodes, run, model, policy).run(

@@ -18,7 +18,9 @@
 //!
 //! * **queue**: [`fabrik_gpu::queue::decide`], the GPU queue's real decision
 //!   function, on an [`Input`] built from the simulation (nodes with what admitted pods hold
-//!   committed, admitted workloads, waiting workloads, the previous reservation); admissions
+//!   committed, admitted workloads, waiting workloads, the previous reservation, each
+//!   tenant's lead over its fair share from a [`Ledger`] kept as the controller keeps it,
+//!   half-life `--fairness-half-life`, 0 for none); admissions
 //!   are committed on the node the decision names ([`fit::choose`] on that node, as the
 //!   scheduler would); a preempted workload gives its GPUs back at once and waits again with
 //!   its original arrival, and runs its full duration again once readmitted. Four runs: as
@@ -37,6 +39,7 @@
 //! ```sh
 //! cargo build --release -p e2e --features bench --bin queue-bench
 //! target/release/queue-bench [--seed N] [--seconds S] [--big-nodes N] [--every K]
+//!                            [--reclaim-grace S] [--fairness-half-life S]
 //! ```
 //!
 //! Defaults: seed 1, 3,600 simulated seconds, 64 nodes, placement every 5 simulated seconds
@@ -50,6 +53,7 @@ use clap::Parser;
 use e2e::seeded::{wait, wait_cell, Rng, Windows};
 use fabrik_gpu::placement::fit;
 use fabrik_gpu::placement::model::{GpuDevice, NodeView, PodRequest};
+use fabrik_gpu::queue::ledger::{self, Ledger};
 use fabrik_gpu::queue::{
     decide, water_fill, Admitted, Decision, Gpus, HeldPod, Input, Policy, Reservation, TenantQueue,
     Waiting, HOSTNAME,
@@ -93,6 +97,10 @@ struct Args {
     /// The reclaim grace period of the last two queue runs, seconds.
     #[arg(long, default_value_t = 60)]
     reclaim_grace: u64,
+    /// The half-life of the queue's fair-share ledger (fair shares kept over time), seconds;
+    /// 0: fair shares at each instant only.
+    #[arg(long, default_value_t = (ledger::HALF_LIFE / NS) as u64)]
+    fairness_half_life: u64,
 }
 
 /// Job size classes, as reported.
@@ -415,11 +423,14 @@ struct Sim<'a> {
     /// The queue's reservations and the latest decision's fair shares.
     reservations: Vec<Reservation>,
     fair: [i64; 4],
+    /// The queue's fair-share ledger, and its half-life in nanoseconds.
+    ledger: Ledger,
+    half_life: i128,
     stats: Stats,
 }
 
 impl<'a> Sim<'a> {
-    fn new(jobs: &'a [Job], nodes: usize, policy: Placer) -> Sim<'a> {
+    fn new(jobs: &'a [Job], nodes: usize, policy: Placer, half_life: i128) -> Sim<'a> {
         let nodes: Vec<NodeView> = (0..nodes).map(|i| node(&format!("node-{i:03}"))).collect();
         let capacity = nodes.len() as i64 * GPUS_PER_NODE;
         Sim {
@@ -449,6 +460,8 @@ impl<'a> Sim<'a> {
             useful: 0,
             reservations: Vec::new(),
             fair: [0; 4],
+            ledger: Ledger::default(),
+            half_life,
             stats: Stats::default(),
         }
     }
@@ -562,15 +575,19 @@ impl<'a> Sim<'a> {
             admitted,
             waiting,
             reservations: std::mem::take(&mut self.reservations),
+            lead: self.ledger.lead(i128::from(t) * NS, self.half_life),
             now: i128::from(t) * NS,
         };
         let began = Instant::now();
         let policy = Policy {
             reclaim_grace: i128::from(grace) * NS,
+            fairness_half_life: self.half_life,
             ..Policy::default()
         };
         let decision: Decision = decide(&input, &policy);
         let took = began.elapsed();
+        self.ledger
+            .record(input.now, policy.fairness_half_life, &decision.standings);
         self.stats.decide_calls += 1;
         self.stats.decide_time += took;
         self.stats.decide_max = self.stats.decide_max.max(took);
@@ -804,7 +821,8 @@ fn main() {
             Placer::FirstFit,
         ] {
             let began = Instant::now();
-            let stats = Sim::new(&jobs, nodes, policy).run(seconds, every);
+            let half_life = i128::from(args.fairness_half_life) * NS;
+            let stats = Sim::new(&jobs, nodes, policy, half_life).run(seconds, every);
             let took = began.elapsed();
             eprintln!(
                 "factory {label} ({nodes} × 8), {}: {:.1} s",
@@ -828,8 +846,8 @@ fn main() {
 fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
     println!(
         "seed {}, {seconds} simulated s, placement every {every} s; warm-up excluded from \
-         fairness: {WARM_UP_S} s\n",
-        args.seed
+         fairness: {WARM_UP_S} s; the queue's fair-share half-life: {} s\n",
+        args.seed, args.fairness_half_life
     );
     for f in factories {
         let capacity_gpu_s = f.gpus * seconds as i64;
