@@ -231,6 +231,14 @@ impl Fabrik {
         std::fs::read_to_string(self.dir.path().join("fabrik.log")).unwrap_or_default()
     }
 
+    /// Runs a test's steps against this control plane; a failure panics with the error and
+    /// what the server printed, which a failed end-to-end test needs to be understood.
+    pub fn check(&self, steps: impl FnOnce() -> Result<()>) {
+        if let Err(e) = steps() {
+            panic!("{e:#}\n--- fabrik up log ---\n{}", self.log());
+        }
+    }
+
     /// Stops with SIGTERM and waits; returns the exit status.
     pub fn stop(&mut self) -> Result<std::process::ExitStatus> {
         let mut child = self.child.take().context("not running")?;

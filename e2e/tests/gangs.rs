@@ -50,7 +50,7 @@ fn volcano_group(name: &str, pods: usize) -> String {
 fn a_kueue_pod_group_is_bound_all_or_nothing() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("gangs", &["--gpus", "40"])?;
         kc_apply_ok(&k, &t, &group("big", 3))?;
         let mut seen = String::new();
@@ -105,17 +105,14 @@ fn a_kueue_pod_group_is_bound_all_or_nothing() {
             bail!("a pod of the group that cannot fit was bound: {big}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 #[test]
 fn a_volcano_pod_group_sizes_its_gang_and_its_pods_wait_for_it() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("volcano", &["--gpus", "40"])?;
         let crd = repo_root().join("../shared/testdata/crds/scheduling.volcano.sh_podgroups.yaml");
         kc_ok(&k, &t, &["create", "-f", &crd.display().to_string()])?;
@@ -184,8 +181,5 @@ fn a_volcano_pod_group_sizes_its_gang_and_its_pods_wait_for_it() {
             bail!("a pod of the trio was bound: {}", conditions("trio")?);
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }

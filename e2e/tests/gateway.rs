@@ -119,7 +119,7 @@ fn refused(k: &Kubectl, cfg: &Path, yaml: &str, wanted: &[&str]) -> Result<()> {
 fn routes_reach_the_allowed_gateways_with_their_backends_and_status_comes_back() {
     let f = Fabrik::start_with(&["--nodes", "0"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let host = f.kubeconfig();
         // fabrik up's host serves the Gateway API with its simulated implementation.
         kc_ok(
@@ -332,8 +332,5 @@ fn routes_reach_the_allowed_gateways_with_their_backends_and_status_comes_back()
             Ok(get(&k, &host, &["get", "httproute", &hname, "-n", HOST_NS])?.is_none())
         })?;
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }

@@ -31,7 +31,7 @@ fn jsonpath(k: &Kubectl, cfg: &Path, args: &[&str], path: &str) -> Result<String
 fn a_tenant_requests_whole_gpus_and_mig_instances_by_nvidias_names() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let host = f.kubeconfig();
         // The simulated nodes register a moment after `fabrik up` answers.
         let mut names = String::new();
@@ -145,8 +145,5 @@ fn a_tenant_requests_whole_gpus_and_mig_instances_by_nvidias_names() {
             bail!("refused pods were created: {listed}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }

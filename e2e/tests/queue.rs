@@ -104,7 +104,7 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let alpha = f.create_tenant("alpha", &["--gpus", "8"])?;
         let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "12"])?;
 
@@ -247,10 +247,7 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
             other => bail!("leads over fair shares (beta, alpha): {other:?}"),
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// A borrower's pods that a PodDisruptionBudget protects are not chosen for reclaim: the
@@ -260,7 +257,7 @@ fn reclaim_leaves_the_pods_a_disruption_budget_protects() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let alpha = f.create_tenant("alpha", &["--gpus", "4"])?;
         let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "4"])?;
         let mut seen = (0, 0, 0);
@@ -371,10 +368,7 @@ fn reclaim_leaves_the_pods_a_disruption_budget_protects() {
             bail!("the pod a budget holds back is {phase:?} in its tenant");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 #[test]
@@ -382,7 +376,7 @@ fn a_pod_gated_in_the_tenant_runs_only_once_its_gates_are_gone() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("gated", &["--gpus", "2"])?;
         // A tenant's own queue (Kueue, say) holds the pod with its gate.
         kc_apply_ok(
@@ -455,10 +449,7 @@ fn a_pod_gated_in_the_tenant_runs_only_once_its_gates_are_gone() {
             Ok(!node.is_empty())
         })?;
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// A Job of `parallelism` pods of `gpus` GPUs each (indexed when `indexed`).
@@ -476,7 +467,7 @@ fn gpu_job(name: &str, parallelism: usize, gpus: usize, indexed: bool) -> String
 fn a_job_is_admitted_with_all_its_parallelism_or_not_at_all() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         // The quota counts waiting pods too: room for both Jobs.
         let t = f.create_tenant("jobs", &["--gpus", "24"])?;
         // Two pods of 8 GPUs on one node of 8: neither may start (half a job holds GPUs for
@@ -530,10 +521,7 @@ fn a_job_is_admitted_with_all_its_parallelism_or_not_at_all() {
             bail!("a pod of the Job that cannot fit whole was bound: {bound}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// What each node can take now, from the host: node → (whole GPUs, 1g.18gb instances).
@@ -569,7 +557,7 @@ fn an_idle_gpu_is_laid_out_for_a_gpu_kind_nobody_offers() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
         let busy = f.create_tenant("busy", &["--gpus", "8"])?;
         kc_apply_ok(&k, &busy, &gpu_deployment("hold", 1))?;
@@ -608,10 +596,7 @@ fn an_idle_gpu_is_laid_out_for_a_gpu_kind_nobody_offers() {
             bail!("busy's run did not go on");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// The only node is cut into MIG instances (an admin's layout) and nobody uses them when an
@@ -622,7 +607,7 @@ fn an_idle_mig_node_is_made_whole_for_an_8_gpu_pod() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         // The simulated node registers a moment after `fabrik up` answers.
         let mut node = String::new();
         poll_until("the simulated node registered", WAIT, || {
@@ -661,10 +646,7 @@ fn an_idle_mig_node_is_made_whole_for_an_8_gpu_pod() {
             bail!("the node is not whole again: {offered:?}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// On a pool of whole GPUs, a tenant on capped shares (`share:20480,25`) and one on
@@ -675,7 +657,7 @@ fn shared_and_time_sliced_gpus_are_laid_out_beside_whole_ones() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let share = f.create_tenant(
             "notebooks",
             &["--gpus", "2", "--gpu-sharing", "share:20480,25"],
@@ -702,10 +684,7 @@ fn shared_and_time_sliced_gpus_are_laid_out_beside_whole_ones() {
             bail!("not one GPU each laid out beside six whole ones: {offered:?}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// A pod of `gpus` GPUs that runs `seconds` and declares it may run `deadline`.
@@ -728,7 +707,7 @@ fn a_busy_gpu_drains_for_a_gpu_kind_nobody_offers() {
         .expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let busy = f.create_tenant("busy", &["--gpus", "8"])?;
         let t = f.create_tenant("infer", &["--gpus", "4", "--gpu-sharing", "mig:1g.18gb"])?;
         kc_apply_ok(&k, &busy, &gpu_run("short", 1, 20, 40))?;
@@ -812,10 +791,7 @@ fn a_busy_gpu_drains_for_a_gpu_kind_nobody_offers() {
             bail!("the long runs did not all go on: {states:?}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// Reclaim across kinds. `infer` (guaranteed 7 MIG instances, allowed to borrow 7) gets two
@@ -828,7 +804,7 @@ fn borrowed_mig_runs_go_for_a_guarantee_of_whole_gpus() {
     let f = Fabrik::start_with(&["--nodes", "1", "--queue-starvation-seconds", "3"])
         .expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let infer = f.create_tenant(
             "infer",
             &[
@@ -885,10 +861,7 @@ fn borrowed_mig_runs_go_for_a_guarantee_of_whole_gpus() {
             bail!("infer's guaranteed runs did not end on their own: {states:?}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 #[test]
@@ -943,7 +916,7 @@ fn turning_the_queue_off_releases_the_pods_it_held() {
 fn a_tenant_s_priority_classes_order_its_own_queue() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("prio", &["--gpus", "16"])?;
         kc_apply_ok(
             &k,
@@ -1016,10 +989,7 @@ fn a_tenant_s_priority_classes_order_its_own_queue() {
         })
         .map_err(|e| anyhow::anyhow!("{e}: {said}"))?;
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// Tenants of one group (department): a member's idle guarantee goes to its sibling first, so
@@ -1028,7 +998,7 @@ fn a_tenant_s_priority_classes_order_its_own_queue() {
 fn a_group_s_idle_guarantee_goes_to_its_own_members_first() {
     let f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let x = f.create_tenant(
             "x",
             &["--gpus", "4", "--borrow-gpus", "4", "--queue-group", "dept"],
@@ -1055,10 +1025,7 @@ fn a_group_s_idle_guarantee_goes_to_its_own_members_first() {
             bail!("x's pods (bound, queued, preempted): {xs:?}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// A bare pod of `gpus` GPUs that runs `seconds` and ends.
@@ -1101,7 +1068,7 @@ fn an_8_gpu_job_among_a_stream_of_1_gpu_pods_starts_within_the_bound() {
     let f = Fabrik::start_with(&["--nodes", "2", "--queue-starvation-seconds", "5"])
         .expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let t = f.create_tenant("team", &["--gpus", "16", "--borrow-gpus", "16"])?;
         // 16 small pods on the 16 GPUs, ending one by one over 8–23 s.
         let fill: Vec<String> = (0..16)
@@ -1184,10 +1151,7 @@ fn an_8_gpu_job_among_a_stream_of_1_gpu_pods_starts_within_the_bound() {
             bail!("the 8-GPU pod's node {node} has {islands:?} NVLink islands");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// Keeps `waiting` pods of `prefix` (1 GPU, `seconds` each) pending in tenant `t`: a tenant
@@ -1230,7 +1194,7 @@ fn a_job_larger_than_the_rest_of_its_tenant_s_share_gets_its_turn() {
     let f = Fabrik::start_with(&["--nodes", "2", "--queue-starvation-seconds", "5"])
         .expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
-    let run = || -> Result<()> {
+    f.check(|| {
         let quota = ["--gpus", "5", "--borrow-gpus", "11"];
         let a = f.create_tenant("team-a", &quota)?;
         let b = f.create_tenant("team-b", &quota)?;
@@ -1288,10 +1252,7 @@ fn a_job_larger_than_the_rest_of_its_tenant_s_share_gets_its_turn() {
             bail!("team-b holds {admitted} GPUs with a fair share of {fair}");
         }
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
 
 /// A pod of `app` that takes one GPU through a ResourceClaim made from template `one-gpu`.
@@ -1313,7 +1274,7 @@ fn gpus_taken_through_resource_claims_are_queued_and_reclaimed() {
     let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
-    let run = || -> Result<()> {
+    f.check(|| {
         let alpha = f.create_tenant("alpha", &["--gpus", "8"])?;
         let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "12"])?;
         let mut claims = String::from(
@@ -1392,8 +1353,5 @@ fn gpus_taken_through_resource_claims_are_queued_and_reclaimed() {
         })
         .map_err(|e| anyhow::anyhow!("{e}: beta (bound, queued, preempted) {seen:?}"))?;
         Ok(())
-    };
-    if let Err(e) = run() {
-        panic!("{e:#}\n--- fabrik up log ---\n{}", f.log());
-    }
+    });
 }
