@@ -1151,12 +1151,16 @@ fn try_admit(
                     && books.held(&o.name, r) < fair_of(&o.name, r)
             });
             if contended {
+                if claimed == 0 && queued < fair && lead > 0 {
+                    return Err(Refusal::Share(format!(
+                        "tenant {} holds {queued} of its fair share of {r} ({fair}) but has lately \
+                         held {lead} device-seconds beyond it: nothing past its share until that \
+                         is given back, while other tenants wait",
+                        t.name,
+                    )));
+                }
                 let kept = if claimed > 0 {
                     format!(", {claimed} of it kept for its own reserved workload")
-                } else if queued < fair && lead > 0 {
-                    format!(
-                        "; it has lately held {lead} device-seconds beyond it, given back first"
-                    )
                 } else {
                     String::new()
                 };
@@ -2323,7 +2327,10 @@ mod tests {
         assert!(d.admit.iter().any(|a| a.tenant == "a"), "{:?}", d.admit);
         let said = d.waiting.get("fabrik-b/big").cloned().unwrap_or_default();
         assert!(
-            said.contains("at its fair share") && said.contains("1200 device-seconds beyond it"),
+            said.starts_with(
+                "tenant b holds 0 of its fair share of nvidia.com/gpu (5) but has lately held 1200 \
+                 device-seconds beyond it: nothing past its share until that is given back"
+            ),
             "{said}"
         );
         // Past the starvation bound no node is reserved for it: that would hold GPUs for
