@@ -315,6 +315,12 @@ pub fn in_the_way(
         for p in &a.pods {
             by_pod.insert((p.request.namespace.as_str(), p.request.name.as_str()), a);
         }
+        // What is already leaving (preempted by an earlier pass, its pods not gone yet) is no
+        // longer its tenant's: counted, the tenant would seem to hold more than its guarantee
+        // and lose more of its runs in each pass until those pods are gone.
+        if a.leaving {
+            continue;
+        }
         for (r, n) in a.gpus() {
             *held.entry((a.tenant.as_str(), r)).or_insert(0) += n;
         }
@@ -991,6 +997,11 @@ mod tests {
         let policy = Policy::default();
         // One goes; the other is `infer`'s guarantee and stays.
         assert_eq!(keys(&inp, &policy, &none), vec!["ns/a"]);
+        // Also in the next pass, while `a` is leaving (its pod not gone yet): `b` is then all
+        // `infer` keeps, its guarantee.
+        inp.admitted[0].leaving = true;
+        assert!(keys(&inp, &policy, &none).is_empty());
+        inp.admitted[0].leaving = false;
         let p = &in_the_way(&inp, std::slice::from_ref(&n), &policy, &none)[0];
         assert!(
             p.message.contains("laid out for nvidia.com/gpu")
