@@ -1456,11 +1456,22 @@ fn reclaim(
     // Runs whose GPUs are counted as coming back on their own (never preempted).
     let mut counted: BTreeSet<String> = BTreeSet::new();
     // What each borrower holds beyond its fair share, per resource, as preemption shrinks it.
+    // What is already leaving (preempted by an earlier decision, its pods not gone yet) is no
+    // longer its: counted, the borrower would lose more in each decision until those pods are
+    // gone, down below its share.
+    let mut leaving: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for a in input.admitted.iter().filter(|a| a.leaving) {
+        for (r, n) in a.gpus() {
+            *leaving.entry((a.tenant.clone(), r)).or_insert(0) += n;
+        }
+    }
     let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
     for a in &input.admitted {
         for r in a.gpus().keys() {
-            over.entry((a.tenant.clone(), r.clone()))
-                .or_insert_with(|| books.held(&a.tenant, r) - fair_of(&a.tenant, r));
+            let key = (a.tenant.clone(), r.clone());
+            let gone = leaving.get(&key).copied().unwrap_or(0);
+            over.entry(key)
+                .or_insert_with(|| books.held(&a.tenant, r) - gone - fair_of(&a.tenant, r));
         }
     }
     // GPUs already on their way back count first.
@@ -1977,6 +1988,34 @@ mod tests {
         i.capacity.insert("nvidia.com/gpu".into(), 8);
         i.admitted = admitted;
         let d = decide(&i, &Policy::default());
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+    }
+
+    #[test]
+    fn reclaim_counts_what_is_already_leaving_as_gone() {
+        // One node of 12. a (4 guaranteed, may borrow 8) holds 8 in four workloads of 2, the
+        // newest, a3, already leaving (preempted by the previous decision, its pod not gone
+        // yet); b (4) holds 2 and waits for 2; c (4) holds 2 and waits for 1. Fair shares:
+        // a 5, b 4, c 3. b's workload takes a3's GPUs as they come back; a, without a3,
+        // holds 6: taking another 2 would put it below its share, so c waits.
+        let mut nodes = vec![node("n1", 12)];
+        let mut admitted: Vec<Admitted> = (0..4)
+            .map(|i| hold(&mut nodes, "a", &format!("a{i}"), 2, i))
+            .collect();
+        admitted[3].leaving = true;
+        admitted.push(hold(&mut nodes, "b", "b0", 2, 9));
+        admitted.push(hold(&mut nodes, "c", "c0", 2, 9));
+        let tenants = vec![tenant("a", 4, 8), tenant("b", 4, 0), tenant("c", 4, 0)];
+        let mut i = input(
+            tenants,
+            nodes,
+            vec![waiting("b", "two", 2, 10), waiting("c", "one", 1, 11)],
+        );
+        i.capacity.insert("nvidia.com/gpu".into(), 12);
+        i.admitted = admitted;
+        let d = decide(&i, &Policy::default());
+        let fair = |t: &str| d.standings[t]["nvidia.com/gpu"].fair_share;
+        assert_eq!((fair("a"), fair("b"), fair("c")), (5, 4, 3));
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
     }
 
