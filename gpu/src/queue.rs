@@ -783,7 +783,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
             .max()
             .unwrap_or(0)
     };
-    starving.sort_by_key(|w| (behind(w), w.arrival, w.key.clone()));
+    starving.sort_by_cached_key(|w| (behind(w), w.arrival, w.key.clone()));
     let schedulable = input.nodes.iter().filter(|n| n.schedulable).count();
     let mut added = false;
     for w in starving {
@@ -1832,10 +1832,12 @@ mod tests {
         }
     }
 
+    /// An input on `nodes`; the capacity is every GPU of the nodes, held or free (as the
+    /// controller counts it).
     fn input(tenants: Vec<TenantQueue>, nodes: Vec<NodeView>, waiting: Vec<Waiting>) -> Input {
         let capacity = Gpus::from([(
             "nvidia.com/gpu".to_string(),
-            nodes.iter().map(|n| n.free["nvidia.com/gpu"]).sum(),
+            nodes.iter().map(|n| n.devices.len() as i64).sum(),
         )]);
         Input {
             tenants,
@@ -1923,7 +1925,6 @@ mod tests {
         now: i128,
     ) -> Input {
         let mut i = input(vec![tenant("t", 8, 8), tenant("o", 8, 8)], nodes, waiting);
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = admitted;
         i.now = now;
         i
@@ -1954,7 +1955,6 @@ mod tests {
             nodes.clone(),
             vec![waiting("b", "two", 2, 10)],
         );
-        i.capacity.insert("nvidia.com/gpu".into(), 8);
         i.admitted = admitted.clone();
         let d = decide(&i, &Policy::default());
         // a is 2 over its share: one of its workloads goes, the newest.
@@ -1985,7 +1985,6 @@ mod tests {
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
         // b waits for 4 more: a's surplus of 2 cannot make room; nothing is taken.
         let mut i = input(tenants, nodes, vec![waiting("b", "four", 4, 10)]);
-        i.capacity.insert("nvidia.com/gpu".into(), 8);
         i.admitted = admitted;
         let d = decide(&i, &Policy::default());
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
@@ -2011,7 +2010,6 @@ mod tests {
             nodes,
             vec![waiting("b", "two", 2, 10), waiting("c", "one", 1, 11)],
         );
-        i.capacity.insert("nvidia.com/gpu".into(), 12);
         i.admitted = admitted;
         let d = decide(&i, &Policy::default());
         let fair = |t: &str| d.standings[t]["nvidia.com/gpu"].fair_share;
@@ -2033,7 +2031,6 @@ mod tests {
             nodes,
             vec![waiting("t", "big", 8, 0), waiting("o", "small", 1, 0)],
         );
-        i.capacity.insert("nvidia.com/gpu".into(), 8);
         i.admitted = admitted;
         i.now = 600 * 1_000_000_000;
         // Even one kept from an earlier decision is dropped.
@@ -2210,7 +2207,6 @@ mod tests {
         let mut w = vec![waiting("a", "big", 8, 0)];
         w.extend((0..4).map(|i| waiting("a", &format!("s{i}"), 1, 10 + i)));
         let mut i = input(tenants, vec![n1, n2], w);
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.now = 30 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
         assert_eq!(d.admit.len(), 4, "not starving yet: small jobs backfill");
@@ -2278,7 +2274,6 @@ mod tests {
         w.extend((0..3).map(|i| waiting("a", &format!("a-more{i}"), 1, 10 + i)));
         w.extend((0..3).map(|i| waiting("c", &format!("c-more{i}"), 1, 10 + i)));
         let mut i = input(tenants.clone(), nodes.clone(), w.clone());
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = admitted.clone();
         i.now = 30 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
@@ -2307,7 +2302,6 @@ mod tests {
             hold(&mut nodes, "c", "c0", 4, 0),
         ];
         let mut i = input(tenants.clone(), nodes.clone(), w.clone());
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = full.clone();
         i.reservations = d.reservations.clone();
         i.now = 90 * 1_000_000_000;
@@ -2324,7 +2318,6 @@ mod tests {
         let mut admitted = full;
         admitted.extend(admitted_from(&d, &i, &mut nodes));
         let mut i = input(tenants, nodes, w[1..].to_vec());
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = admitted;
         i.now = 120 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
@@ -2347,7 +2340,6 @@ mod tests {
         w.extend((0..3).map(|i| waiting("a", &format!("a-more{i}"), 2, 10 + i)));
         w.extend((0..3).map(|i| waiting("c", &format!("c-more{i}"), 2, 10 + i)));
         let mut i = input(tenants, nodes, w);
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = admitted;
         i.now = 30 * 1_000_000_000;
         let big = |d: &Decision| d.admit.iter().any(|a| a.key == "fabrik-b/big");
@@ -2415,7 +2407,6 @@ mod tests {
         admitted.push(hold(&mut nodes[other..=other], "x", "x1", 2, 0));
         let w = vec![waiting("a", "big", 8, 0), waiting("b", "big", 8, 10)];
         let mut i = input(tenants, nodes, w);
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = admitted;
         i.now = 600 * 1_000_000_000;
         let reserved = |i: &Input| {
@@ -2445,7 +2436,6 @@ mod tests {
             .collect();
         w.push(waiting("b", "b-big", 8, 5));
         let mut i = input(tenants.clone(), nodes.clone(), w.clone());
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = vec![a_big.clone(), b_one];
         let d = decide(&i, &Policy::default());
         assert_eq!(d.admit.len(), 4, "{:?}", d.waiting);
@@ -2467,7 +2457,6 @@ mod tests {
         let mut admitted = admitted_from(&d, &i, &mut placed);
         admitted.push(a_big);
         let mut i2 = input(tenants, placed.clone(), vec![waiting("b", "b-big", 8, 5)]);
-        i2.capacity.insert("nvidia.com/gpu".into(), 16);
         i2.admitted = admitted;
         i2.nodes = placed;
         let d2 = decide(&i2, &Policy::default());
@@ -2565,7 +2554,6 @@ mod tests {
                     waiting("o", "more", o_more, 40 * s),
                 ],
             );
-            i.capacity.insert("nvidia.com/gpu".into(), 16);
             i.admitted = admitted;
             i.now = 200 * s;
             i.reservations = vec![Reservation {
@@ -2629,7 +2617,6 @@ mod tests {
                 waiting("o", "more", 1, 40 * s),
             ],
         );
-        i.capacity.insert("nvidia.com/gpu".into(), 16);
         i.admitted = vec![mine, theirs, full];
         i.now = 200 * s;
         i.reservations = vec![Reservation {
@@ -2667,7 +2654,6 @@ mod tests {
                 nodes,
                 vec![waiting("b", "two", 2, 10 * s)],
             );
-            i.capacity.insert("nvidia.com/gpu".into(), 8);
             i.admitted = admitted;
             i.now = now;
             let policy = Policy {
@@ -2774,7 +2760,6 @@ mod tests {
             .map(|k| waiting("a", &format!("big{k}"), 8, k))
             .collect();
         let mut i = input(vec![tenant("a", 32, 0)], nodes, w);
-        i.capacity.insert("nvidia.com/gpu".into(), 32);
         i.admitted = admitted;
         i.now = 61 * 1_000_000_000;
         let d = decide(&i, &Policy::default());
@@ -2810,7 +2795,6 @@ mod tests {
                     waiting("b", "wants", 8, 1),
                 ],
             );
-            i.capacity.insert("nvidia.com/gpu".into(), 16);
             i.admitted = vec![a_run, b_run];
             if reserved {
                 i.reservations = vec![Reservation {
@@ -2853,7 +2837,6 @@ mod tests {
                 nodes,
                 vec![waiting("a", "big", 8, 10 * s)],
             );
-            i.capacity.insert("nvidia.com/gpu".into(), 16);
             i.admitted = admitted;
             i.now = 100 * s;
             let d = decide(&i, &Policy::default());
