@@ -36,6 +36,9 @@ const CRD_SERVED_WITHIN: Duration = Duration::from_secs(60);
 /// How long shutdown waits for the tenant manager to stop its tenants.
 const MANAGER_STOP_GRACE: Duration = Duration::from_secs(6);
 
+/// How long the GPU queue is given to save its ledger and stop.
+const QUEUE_STOP_GRACE: Duration = Duration::from_secs(5);
+
 /// Errors of the shared start-up steps.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -175,7 +178,15 @@ pub struct TenantManager {
     /// The shard lease loop, this replica's shards and the host, when sharded.
     sharding: Option<(JoinHandle<()>, Arc<Shards>, kube::Client)>,
     usage_history: Arc<tenants::usage::History>,
-    queue: Option<(JoinHandle<()>, Arc<crate::queue::Figures>)>,
+    queue: Option<Queue>,
+}
+
+/// The running GPU queue.
+struct Queue {
+    task: JoinHandle<()>,
+    figures: Arc<crate::queue::Figures>,
+    /// Tells it to stop (it saves its ledger first); `None` once told.
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl TenantManager {
@@ -225,15 +236,22 @@ impl TenantManager {
                 }
                 None => Arc::new(|| true),
             };
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
             let task = tokio::spawn(crate::queue::run(
                 config.host.clone(),
                 settings,
                 figures.clone(),
                 leader,
                 Arc::new(tenants::manager::gpu_resources),
-                std::future::pending::<()>(),
+                async move {
+                    let _ = stopped.await;
+                },
             ));
-            (task, figures)
+            Queue {
+                task,
+                figures,
+                stop: Some(stop),
+            }
         });
         let usage_history = runtime.usage_history.clone();
         let usage = tenants::usage::Settings {
@@ -251,7 +269,27 @@ impl TenantManager {
 
     /// The GPU queue's figures (for `/metrics`), when it runs.
     pub fn queue_figures(&self) -> Option<Arc<crate::queue::Figures>> {
-        self.queue.as_ref().map(|(_, f)| f.clone())
+        self.queue.as_ref().map(|q| q.figures.clone())
+    }
+
+    /// Stops the GPU queue (bounded), which first saves its ledger for the next leader: call
+    /// it while the host still answers.
+    pub async fn stop_queue(&mut self) {
+        let Some(queue) = self.queue.as_mut() else {
+            return;
+        };
+        // Once: a second call finds it stopped.
+        let Some(stop) = queue.stop.take() else {
+            return;
+        };
+        let _ = stop.send(());
+        if tokio::time::timeout(QUEUE_STOP_GRACE, &mut queue.task)
+            .await
+            .is_err()
+        {
+            tracing::warn!("the GPU queue did not stop within {QUEUE_STOP_GRACE:?}");
+            queue.task.abort();
+        }
     }
 
     /// The nodes' GPU-second counters over time, for the OpenCost allocation export.
@@ -261,10 +299,8 @@ impl TenantManager {
 
     /// Waits (bounded) for the manager to stop its tenants after its shutdown signal; when
     /// sharded, then gives this replica's shards up so that the others take over at once.
-    pub async fn stopped(self) {
-        if let Some((task, _)) = &self.queue {
-            task.abort();
-        }
+    pub async fn stopped(mut self) {
+        self.stop_queue().await;
         if tokio::time::timeout(MANAGER_STOP_GRACE, self.task)
             .await
             .is_err()

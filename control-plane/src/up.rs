@@ -277,7 +277,7 @@ pub async fn run(args: UpArgs) -> Result<()> {
     }
 
     // The control plane's host side: the Tenant CRD, the tenant manager, a first tenant.
-    let manager = if args.no_tenant_manager {
+    let mut manager = if args.no_tenant_manager {
         eprintln!("fabrik: no tenant manager (--no-tenant-manager): serving the host only");
         None
     } else {
@@ -378,6 +378,10 @@ pub async fn run(args: UpArgs) -> Result<()> {
     }
     control_plane::wait_for_signal().await?;
     eprintln!("fabrik: shutting down");
+    // The GPU queue saves its ledger while the host still answers.
+    if let Some(m) = manager.as_mut() {
+        m.stop_queue().await;
+    }
     listener.shutdown().await;
     cluster.shutdown().await;
     if let Some(nodes) = nodes {

@@ -101,9 +101,10 @@ fn standing(f: &Fabrik, k: &e2e::Kubectl, tenant: &str) -> Result<(i64, i64, i64
 
 #[test]
 fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
-    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let mut f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
     let k = kubectls().pop().expect("a kubectl");
     let host = f.data_dir().join("host.kubeconfig");
+    let mut leads = (0.0, 0.0);
     f.check(|| {
         let alpha = f.create_tenant("alpha", &["--gpus", "8"])?;
         let beta = f.create_tenant("beta", &["--gpus", "4", "--borrow-gpus", "12"])?;
@@ -233,21 +234,58 @@ fn borrowed_gpus_go_back_to_their_owner_until_both_hold_their_fair_share() {
         }
         // Over time: beta held 4 beyond its share while alpha waited below its own (reclaim
         // off), so beta is ahead and alpha behind.
-        let lead = |tenant: &str| -> Option<f64> {
-            let key = format!(
-                "fabrik_queue_fair_share_lead_gpu_seconds{{tenant=\"{tenant}\",resource=\"nvidia.com/gpu\"}} "
-            );
-            metrics
-                .lines()
-                .find_map(|l| l.strip_prefix(key.as_str()))
-                .and_then(|v| v.trim().parse().ok())
-        };
-        match (lead("beta"), lead("alpha")) {
-            (Some(b), Some(a)) if b > 0.0 && a < 0.0 => {}
+        match (lead(&metrics, "beta"), lead(&metrics, "alpha")) {
+            (Some(b), Some(a)) if b > 0.0 && a < 0.0 => leads = (b, a),
             other => bail!("leads over fair shares (beta, alpha): {other:?}"),
         }
+        // The deciding replica keeps the ledger on the host for the next one.
+        poll_until("the fair-share ledger saved on the host", WAIT, || {
+            let saved = e2e::kc(
+                &k,
+                &host,
+                &[
+                    "get",
+                    "configmap",
+                    "fabrik-gpu-queue-ledger",
+                    "-n",
+                    "fabrik-system",
+                    "-o",
+                    r"jsonpath={.data.ledger\.json}",
+                ],
+            )?;
+            let text = String::from_utf8_lossy(&saved.stdout);
+            Ok(text.contains("\"beta\"") && text.contains("\"alpha\""))
+        })?;
         Ok(())
     });
+    // A new control plane goes on from it: both tenants now hold their fair share, so only
+    // what was saved can put beta ahead and alpha behind (a ledger started afresh has neither).
+    f.restart().expect("fabrik up restarted");
+    f.check(|| {
+        let mut now = (None, None);
+        poll_until("the queue's first decision after the restart", WAIT, || {
+            let metrics = kc_ok(&k, &host, &["get", "--raw", "/metrics"])?;
+            now = (lead(&metrics, "beta"), lead(&metrics, "alpha"));
+            Ok(metrics.contains("fabrik_queue_fair_share_gpus{"))
+        })?;
+        match now {
+            (Some(b), Some(a)) if b >= leads.0 / 2.0 && a <= leads.1 / 2.0 => Ok(()),
+            other => {
+                bail!("leads (beta, alpha) after the restart: {other:?}; before it: {leads:?}")
+            }
+        }
+    });
+}
+
+/// A tenant's lead over its fair share, device-seconds, on `/metrics`.
+fn lead(metrics: &str, tenant: &str) -> Option<f64> {
+    let key = format!(
+        "fabrik_queue_fair_share_lead_gpu_seconds{{tenant=\"{tenant}\",resource=\"nvidia.com/gpu\"}} "
+    );
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// A borrower's pods that a PodDisruptionBudget protects are not chosen for reclaim: the

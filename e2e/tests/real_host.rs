@@ -1366,6 +1366,38 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
             ))
         },
     )?;
+    // The queue keeps its fair-share ledger on the host, with the chart's rights: team-b held
+    // a GPU past its share while the budget kept team-a below its own.
+    poll(
+        "the fair-share ledger saved in the release namespace, team-b ahead, team-a behind",
+        60,
+        || {
+            let (ok, text) = seen(
+                k,
+                admin,
+                &[
+                    "get",
+                    "configmap",
+                    "fabrik-gpu-queue-ledger",
+                    "-n",
+                    RELEASE_NS,
+                    "-o",
+                    r"jsonpath={.data.ledger\.json}",
+                ],
+            )?;
+            if !ok {
+                return Ok((false, text));
+            }
+            let saved: Value = serde_json::from_str(&text)?;
+            let lead = |t: &str| -> f64 {
+                saved["lead"][t]
+                    .as_object()
+                    .map(|per| per.values().filter_map(Value::as_f64).sum())
+                    .unwrap_or(0.0)
+            };
+            Ok((lead("team-b") > 0.0 && lead(TENANT) < 0.0, text))
+        },
+    )?;
     kc_ok(k, tkc, &["delete", "pod", "train-2", "--wait=false"])?;
     kc_ok(k, admin, &["delete", "tenant", "team-b", "--wait=false"])?;
     Ok(())
@@ -1826,6 +1858,14 @@ fn ha_replicas(w: &mut World) -> Result<()> {
     })?;
     let tenant_kc = work.join("team-b.kubeconfig");
     tenant_kubeconfig(&k, &admin, "fabrik-team-b", &tenant_kc)?;
+    // The replica deciding for the GPU queue goes on from the fair-share ledger the single
+    // replica saved before it was killed.
+    poll("a replica read the saved fair-share ledger", 60, || {
+        let read = replicas
+            .iter()
+            .any(|r| r.log().contains("GPU queue: fair-share ledger read"));
+        Ok((read, String::new()))
+    })?;
     // Through either replica: the same tenant.
     let mut via = Vec::new();
     for (i, url) in urls.iter().enumerate() {

@@ -22,7 +22,10 @@
 //! `fabrik_queue_*`; preemptions are Events in the preempted tenant.
 //!
 //! One replica decides (the one holding shard 0 when sharded); decisions are recomputed from
-//! the host's objects on every change, so a new leader needs no hand-over.
+//! the host's objects on every change. The one thing not in them, the fair-share ledger (how
+//! far each tenant has lately been ahead of its share), the deciding replica saves in the
+//! ConfigMap [`LEDGER_CONFIGMAP`] every [`Settings::save_every`] and when it stops, and a
+//! replica that starts deciding reads it first.
 
 pub mod input;
 pub mod wait;
@@ -59,6 +62,8 @@ pub struct Settings {
     pub resync: Duration,
     /// Quiet time after a change before deciding (changes come in bursts).
     pub settle: Duration,
+    /// How often the deciding replica saves the fair-share ledger ([`LEDGER_CONFIGMAP`]).
+    pub save_every: Duration,
 }
 
 impl Default for Settings {
@@ -69,6 +74,7 @@ impl Default for Settings {
             evict_after: Duration::from_secs(15),
             resync: Duration::from_secs(2),
             settle: Duration::from_millis(100),
+            save_every: Duration::from_secs(15),
         }
     }
 }
@@ -528,7 +534,11 @@ pub async fn run(
                 _ = tokio::time::sleep(settings.resync) => {}
             }
             if !leader() {
+                state.ledger_read = false;
                 continue;
+            }
+            if !state.ledger_read {
+                read_ledger(&host, &settings, &mut state).await;
             }
             let stores = Stores {
                 policies: &policies,
@@ -543,8 +553,108 @@ pub async fn run(
             pass(&host, &settings, &figures, &*resources, stores, &mut state).await;
         }
     }
+    // The ledger goes to the next leader as this one left it.
+    if state.ledger_read && state.half_life > 0 && leader() {
+        save_ledger(&host, &settings, &mut state).await;
+    }
     for t in tasks {
         t.abort();
+    }
+}
+
+/// The ConfigMap, in the control plane's namespace ([`Settings::namespace`]), where the
+/// deciding replica keeps the fair-share ledger for the next one (key [`LEDGER_KEY`]: the JSON
+/// of [`ledger::Ledger::save`]). Fabrik writes it; nobody else needs to. Deleting it starts fair
+/// shares over time from even.
+pub const LEDGER_CONFIGMAP: &str = "fabrik-gpu-queue-ledger";
+
+/// The key of [`LEDGER_CONFIGMAP`] holding the ledger.
+pub const LEDGER_KEY: &str = "ledger.json";
+
+/// Reads the saved ledger into `state`, for a replica that starts deciding. Where none is
+/// saved, or what is saved is not a ledger (told once), fair shares over time start from even
+/// and the next save replaces it; where the host does not answer, the read is retried on the
+/// next pass, and until then decisions go on from the ledger in memory, which is not saved.
+async fn read_ledger(host: &Client, settings: &Settings, state: &mut State) {
+    let what = "read the fair-share ledger".to_string();
+    let listed = Api::<ConfigMap>::namespaced(host.clone(), &settings.namespace)
+        .list(
+            &kube::api::ListParams::default().fields(&format!("metadata.name={LEDGER_CONFIGMAP}")),
+        )
+        .await;
+    let list = match listed {
+        Ok(list) => list,
+        Err(e) => {
+            state.failed(what, &e);
+            return;
+        }
+    };
+    state.ok(&what);
+    let saved = list
+        .items
+        .first()
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|data| data.get(LEDGER_KEY));
+    state.ledger = match saved.map(|text| ledger::Ledger::restore(text, now_nanos())) {
+        None => ledger::Ledger::default(),
+        Some(Ok(l)) => {
+            tracing::info!(
+                configmap = LEDGER_CONFIGMAP,
+                "GPU queue: fair-share ledger read"
+            );
+            l
+        }
+        Some(Err(e)) => {
+            tracing::warn!(configmap = LEDGER_CONFIGMAP, error = %e,
+                "GPU queue: the saved fair-share ledger is unreadable; fair shares over time start \
+                 from even, and the next save replaces it");
+            ledger::Ledger::default()
+        }
+    };
+    state.ledger_read = true;
+    state.ledger_saved = None;
+}
+
+/// Saves the ledger ([`LEDGER_CONFIGMAP`]), created where it is not there yet.
+async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
+    let cm = ConfigMap {
+        metadata: kube::api::ObjectMeta {
+            name: Some(LEDGER_CONFIGMAP.to_string()),
+            namespace: Some(settings.namespace.clone()),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            LEDGER_KEY.to_string(),
+            state.ledger.save(now_nanos(), state.half_life),
+        )])),
+        ..Default::default()
+    };
+    let api = Api::<ConfigMap>::namespaced(host.clone(), &settings.namespace);
+    let params = PostParams {
+        field_manager: Some("fabrik-gpu-queue".to_string()),
+        ..Default::default()
+    };
+    let written = match api.replace(LEDGER_CONFIGMAP, &params, &cm).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => api.create(&params, &cm).await,
+        other => other,
+    };
+    let what = "save the fair-share ledger".to_string();
+    match written {
+        Ok(_) => {
+            state.ok(&what);
+            state.ledger_saved = Some(std::time::Instant::now());
+        }
+        // (Not a race: the create found no namespace.)
+        Err(kube::Error::Api(s)) if s.code == 404 => {
+            let text = format!("namespace {} does not exist", settings.namespace);
+            if state.failures.get(&what) != Some(&text) {
+                tracing::warn!(configmap = LEDGER_CONFIGMAP, problem = %text,
+                    "GPU queue: the fair-share ledger cannot be saved; a new leader will start \
+                     fair shares over time from even");
+                state.failures.insert(what, text);
+            }
+        }
+        Err(e) => state.failed(what, &e),
     }
 }
 
@@ -563,9 +673,14 @@ struct Stores<'a> {
 #[derive(Default)]
 struct State {
     reservations: Vec<Reservation>,
-    /// How far each tenant has lately been ahead of its fair share (kept in memory: a new
-    /// leader starts from even shares).
+    /// How far each tenant has lately been ahead of its fair share.
     ledger: ledger::Ledger,
+    /// Whether `ledger` is the saved one, read since this replica last started deciding (until
+    /// then it is not saved, lest it overwrite the saved one).
+    ledger_read: bool,
+    /// When `ledger` was last saved, and the half-life it was kept with.
+    ledger_saved: Option<std::time::Instant>,
+    half_life: i128,
     /// Nodes repartitioned for demand lately.
     repartitioned: layouts::Recent,
     /// When each waiting pod was last told why it waits.
@@ -717,6 +832,13 @@ async fn pass(
         }
     }
     state.layouts_failed = failed;
+    state.half_life = policy.fairness_half_life;
+    let due = state
+        .ledger_saved
+        .is_none_or(|at| at.elapsed() >= settings.save_every);
+    if state.ledger_read && state.half_life > 0 && due {
+        save_ledger(host, settings, state).await;
+    }
 }
 
 /// Lets the gated pods that take no GPU go (their claims are for other devices): the gate

@@ -19,6 +19,9 @@
 
 use std::collections::BTreeMap;
 
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
 use super::{Gpus, Standing};
 
 /// Nanoseconds per second.
@@ -37,6 +40,50 @@ pub struct Ledger {
     lead: BTreeMap<String, BTreeMap<String, f64>>,
     /// tenant → resource → devices ahead since `at` (what the last decision's standings say).
     rate: BTreeMap<String, BTreeMap<String, f64>>,
+}
+
+/// The largest lead a saved ledger may hold, device-seconds (a million GPUs for thirty years is
+/// less): anything past it is not a ledger this queue wrote.
+const MAX_LEAD: f64 = 1e15;
+
+/// The version of [`Ledger::save`]'s text this Fabrik writes and reads.
+pub const SAVED_VERSION: u32 = 1;
+
+/// Why a saved ledger could not be read.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// Not the JSON of a saved ledger.
+    #[error("not a saved GPU queue ledger: {0}")]
+    Parse(#[from] serde_json::Error),
+    /// Written by another version of Fabrik.
+    #[error("a saved GPU queue ledger of version {0}; this Fabrik reads version {SAVED_VERSION}")]
+    Version(u32),
+    /// A figure no queue writes.
+    #[error("a saved GPU queue ledger's lead for tenant {tenant:?}, {resource:?} is {value:e} device-seconds, out of range (at most {MAX_LEAD:e} either way)")]
+    OutOfRange {
+        /// The tenant it was for.
+        tenant: String,
+        /// The resource it was for.
+        resource: String,
+        /// The figure.
+        value: f64,
+    },
+    /// A time before the epoch.
+    #[error("a saved GPU queue ledger's time {0} is before 1970")]
+    Time(i64),
+}
+
+/// A ledger as saved between leaders: its leads carried forward to the moment of saving.
+/// Not the standings of its last decision: what they became after the saving is unknown (the
+/// saving replica stopped deciding), so the time until the next decision counts for nobody.
+#[derive(Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Saved {
+    version: u32,
+    /// Nanoseconds since the epoch.
+    at: i64,
+    /// tenant → resource → device-seconds ahead (negative: behind) at `at`.
+    lead: BTreeMap<String, BTreeMap<String, f64>>,
 }
 
 /// Devices a standing counts ahead of its fair share (negative: behind).
@@ -95,6 +142,47 @@ impl Ledger {
             })
             .collect();
         self.at = Some(self.at.map_or(now, |at| at.max(now)));
+    }
+
+    /// The ledger as text for [`Ledger::restore`] (JSON), its leads carried forward to `now`:
+    /// a new leader picks it up where this one left it.
+    pub fn save(&self, now: i128, half_life: i128) -> String {
+        let saved = Saved {
+            version: SAVED_VERSION,
+            at: now.clamp(0, i128::from(i64::MAX)) as i64,
+            lead: self.advanced(now, half_life),
+        };
+        // Maps of strings to finite numbers always serialize.
+        serde_json::to_string(&saved).unwrap_or_default()
+    }
+
+    /// A ledger [`Ledger::save`] wrote, read at `now`: its leads decay from the time of saving
+    /// (a time after `now`, from a clock that went back, counts as `now`); until the next
+    /// recorded decision nobody gains or loses.
+    pub fn restore(text: &str, now: i128) -> Result<Ledger, Error> {
+        let saved: Saved = serde_json::from_str(text)?;
+        if saved.version != SAVED_VERSION {
+            return Err(Error::Version(saved.version));
+        }
+        if saved.at < 0 {
+            return Err(Error::Time(saved.at));
+        }
+        for (tenant, per) in &saved.lead {
+            for (resource, value) in per {
+                if !value.is_finite() || value.abs() > MAX_LEAD {
+                    return Err(Error::OutOfRange {
+                        tenant: tenant.clone(),
+                        resource: resource.clone(),
+                        value: *value,
+                    });
+                }
+            }
+        }
+        Ok(Ledger {
+            at: Some(i128::from(saved.at).min(now)),
+            lead: saved.lead,
+            rate: BTreeMap::new(),
+        })
     }
 
     /// The leads carried forward from the last decision to `now`: decayed, plus its standings'
@@ -189,6 +277,74 @@ mod tests {
         assert!(l.lead(200 * S, 0).is_empty());
         l.record(200 * S, 0, &standings(&[("mixed", 8, 0, 4)]));
         assert!(l.lead(300 * S, H).is_empty());
+    }
+
+    #[test]
+    fn a_saved_ledger_goes_on_where_it_was_left() {
+        let mut l = Ledger::default();
+        l.record(0, H, &standings(&[("train", 8, 0, 4), ("infer", 0, 0, 4)]));
+        let text = l.save(100 * S, H);
+        let at_save = lead_of(&l, 100 * S, "train");
+        assert!(at_save > 300, "{at_save}");
+        // Read at once: what was saved.
+        let back = Ledger::restore(&text, 100 * S).expect("restore");
+        assert_eq!(lead_of(&back, 100 * S, "train"), at_save);
+        assert_eq!(lead_of(&back, 100 * S, "infer"), -at_save);
+        // One half-life after the saving, half of it, with nothing gained meanwhile (the
+        // original, still deciding, went on counting train's 4 beyond its share).
+        let back = Ledger::restore(&text, 100 * S + H).expect("restore");
+        let half = lead_of(&back, 100 * S + H, "train");
+        assert!(
+            (at_save / 2 - 1..=at_save / 2 + 1).contains(&half),
+            "{half}"
+        );
+        assert!(lead_of(&l, 100 * S + H, "train") > at_save);
+        // It records on: train holding nothing against its share of 4 falls behind.
+        let mut back = back;
+        back.record(
+            100 * S + H,
+            H,
+            &standings(&[("train", 0, 0, 4), ("infer", 8, 0, 4)]),
+        );
+        assert!(lead_of(&back, 100 * S + H + 100 * S, "train") < 0);
+        // A clock gone back: the saved time counts as now, nothing is taken off.
+        let early = Ledger::restore(&text, 40 * S).expect("restore");
+        assert_eq!(lead_of(&early, 40 * S, "train"), at_save);
+        // An empty ledger saves and reads back as empty.
+        let empty = Ledger::restore(&Ledger::default().save(5 * S, H), 6 * S).expect("empty");
+        assert!(empty.lead(7 * S, H).is_empty());
+    }
+
+    #[test]
+    fn a_saved_ledger_no_queue_wrote_is_refused_by_what_is_wrong() {
+        let good = r#"{"version":1,"at":0,"lead":{"a":{"gpu":5.0}}}"#;
+        assert!(Ledger::restore(good, S).is_ok());
+        for (text, says) in [
+            ("{", "not a saved GPU queue ledger"),
+            (
+                r#"{"version":1,"at":0,"lead":{},"rate":{}}"#,
+                "unknown field",
+            ),
+            (r#"{"version":2,"at":0,"lead":{}}"#, "version 2"),
+            (r#"{"version":1,"at":-5,"lead":{}}"#, "before 1970"),
+            (
+                r#"{"version":1,"at":0,"lead":{"a":{"gpu":1e300}}}"#,
+                "lead for tenant \"a\", \"gpu\" is 1e300",
+            ),
+            (
+                r#"{"version":1,"at":0,"lead":{"b":{"gpu":-2e15}}}"#,
+                "tenant \"b\"",
+            ),
+            (
+                r#"{"version":1,"at":0,"lead":{"a":{"gpu":"x"}}}"#,
+                "invalid type",
+            ),
+        ] {
+            match Ledger::restore(text, S) {
+                Ok(l) => panic!("{text} was read: {l:?}"),
+                Err(e) => assert!(e.to_string().contains(says), "{text}: {e}"),
+            }
+        }
     }
 
     #[test]
