@@ -272,15 +272,17 @@ pub struct Decision {
     pub preempt: Vec<Preemption>,
     /// For each waiting pod (`namespace/name`): why it waits.
     pub waiting: BTreeMap<String, String>,
-    /// For each waiting pod: the devices its tenant's queue must still be given up to and
-    /// including its workload — at least what has to free up before it runs.
+    /// For each waiting pod that GPUs freeing up will let run: the devices its tenant's queue
+    /// must still be given up to and including its workload — at least what has to free up
+    /// before it runs. Not for a gang not all there, nor for more than the host has.
     pub ahead: BTreeMap<String, Gpus>,
     /// Per tenant and resource.
     pub standings: BTreeMap<String, BTreeMap<String, Standing>>,
     /// The reservations held after this decision.
     pub reservations: Vec<Reservation>,
     /// The waiting workloads (keys) their tenant's limits refuse (its quota and borrowing
-    /// limit, a gang not all there): more free GPUs would not let them run.
+    /// limit, a gang not all there) or the host can never run: more free GPUs would not let
+    /// them run.
     pub limited: BTreeSet<String>,
 }
 
@@ -343,8 +345,70 @@ struct Books<'a> {
     input: &'a Input,
     /// tenant → resource → held.
     held: BTreeMap<String, Gpus>,
-    /// tenant → resource → still waiting.
+    /// tenant → resource → still waiting (but for what can never run here).
     pending: BTreeMap<String, Gpus>,
+    /// tenant → resource → asked for by waiting workloads the host can never run
+    /// ([`Books::never_fits`]): no part of any fair share.
+    unplaceable: BTreeMap<String, Gpus>,
+    /// The most the host could offer of each GPU resource.
+    ceilings: BTreeMap<String, Ceiling>,
+}
+
+/// The most of a GPU resource the host could offer, were every GPU laid out as the densest
+/// GPU offering it now (an over-estimate where GPUs differ).
+#[derive(Clone, Copy, Debug)]
+struct Ceiling {
+    /// In all.
+    total: i64,
+    /// On the largest node.
+    node: i64,
+}
+
+/// The [`Ceiling`] of every GPU resource some device offers now; those no device offers are
+/// not known to be too small for anything (a new layout may yet offer them). An over-estimate
+/// only costs a workload the host cannot run a plain "cannot run"; an under-estimate would
+/// leave one it can run waiting, so every count errs high.
+fn ceilings(nodes: &[NodeView]) -> BTreeMap<String, Ceiling> {
+    // resource → the most it takes of one physical GPU (instances, or time-sliced slots).
+    let mut densest: BTreeMap<&str, i64> = BTreeMap::new();
+    let mut per_node: Vec<i64> = Vec::with_capacity(nodes.len());
+    for n in nodes {
+        let mut units: BTreeMap<(i64, &str), i64> = BTreeMap::new();
+        for d in &n.devices {
+            *units.entry((d.gpu, d.resource.as_str())).or_insert(0) += d.slots.max(1);
+        }
+        for ((_, r), k) in units {
+            let e = densest.entry(r).or_insert(0);
+            *e = (*e).max(k);
+        }
+        // Its GPUs: those its devices name, or as many as its node agent says it has (GPUs
+        // being laid out anew offer no device meanwhile).
+        let named = n
+            .devices
+            .iter()
+            .map(|d| d.gpu)
+            .collect::<BTreeSet<i64>>()
+            .len() as i64;
+        let said = n
+            .labels
+            .get(fabrik_api::LABEL_GPU_COUNT)
+            .and_then(|c| c.parse::<i64>().ok())
+            .filter(|c| (1..=1024).contains(c))
+            .unwrap_or(0);
+        per_node.push(named.max(said));
+    }
+    let total: i64 = per_node.iter().sum();
+    let largest = per_node.iter().copied().max().unwrap_or(0);
+    densest
+        .into_iter()
+        .map(|(r, k)| {
+            let c = Ceiling {
+                total: total.saturating_mul(k),
+                node: largest.saturating_mul(k),
+            };
+            (r.to_string(), c)
+        })
+        .collect()
 }
 
 impl Books<'_> {
@@ -358,6 +422,32 @@ impl Books<'_> {
 
     fn pending(&self, tenant: &str, r: &str) -> i64 {
         self.pending.get(tenant).map(|m| get(m, r)).unwrap_or(0)
+    }
+
+    /// Why the host can never run `w` — more of a resource than all its GPUs could offer, or
+    /// a pod larger than any node could hold — or `None`.
+    fn never_fits(&self, w: &Waiting) -> Option<String> {
+        for (r, n) in w.gpus() {
+            if let Some(c) = self.ceilings.get(&r).filter(|c| n > c.total) {
+                return Some(format!(
+                    "it asks for {n} {r} in all, more than the host's GPUs could ever offer \
+                     ({}): it cannot run unless the host grows",
+                    c.total
+                ));
+            }
+        }
+        for p in &w.pods {
+            for (r, n) in sum(std::iter::once(p)) {
+                if let Some(c) = self.ceilings.get(&r).filter(|c| n > c.node) {
+                    return Some(format!(
+                        "pod {} asks for {n} {r}, more than any node's GPUs could ever offer \
+                         ({}): it cannot run unless a larger node joins",
+                        p.name, c.node
+                    ));
+                }
+            }
+        }
+        None
     }
 
     /// Device-seconds `tenant` has lately been ahead of its fair share of `r` (negative: behind).
@@ -506,6 +596,8 @@ impl Books<'_> {
 enum Refusal {
     /// Its tenant's limits: wait until its own pods finish.
     Limit(String),
+    /// Nothing freeing up lets it run: a gang not all there, or more than the host has.
+    Never(String),
     /// Its tenant is at its fair share while others below theirs wait: it may still backfill
     /// GPUs nobody else can use now.
     Share(String),
@@ -524,6 +616,7 @@ impl Refusal {
     fn message(&self) -> &str {
         match self {
             Refusal::Limit(m)
+            | Refusal::Never(m)
             | Refusal::Share(m)
             | Refusal::Capacity(m)
             | Refusal::Placement(m) => m,
@@ -536,6 +629,8 @@ fn books(input: &Input) -> Books<'_> {
         input,
         held: BTreeMap::new(),
         pending: BTreeMap::new(),
+        unplaceable: BTreeMap::new(),
+        ceilings: ceilings(&input.nodes),
     };
     for a in &input.admitted {
         for (r, n) in a.gpus() {
@@ -548,7 +643,11 @@ fn books(input: &Input) -> Books<'_> {
         }
     }
     for w in &input.waiting {
-        let e = books.pending.entry(w.tenant.clone()).or_default();
+        let into = match books.never_fits(w) {
+            None => &mut books.pending,
+            Some(_) => &mut books.unplaceable,
+        };
+        let e = into.entry(w.tenant.clone()).or_default();
         for (r, n) in w.gpus() {
             *e.entry(r).or_insert(0) += n;
         }
@@ -904,7 +1003,9 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         let behind = refused.len();
         let mut ahead = Gpus::new();
         for (place, (refusal, w)) in refused.iter().enumerate() {
-            for (r, n) in w.gpus() {
+            // What nothing freeing up lets run takes no GPUs before the workloads behind it.
+            let limited = matches!(refusal, Refusal::Never(_));
+            for (r, n) in w.gpus().into_iter().filter(|_| !limited) {
                 *ahead.entry(r).or_insert(0) += n;
             }
             let at = Place {
@@ -914,7 +1015,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                 ahead: &ahead,
             };
             tell_waiting(&mut decision, &at, refusal, w, &reservations, input.now);
-            if matches!(refusal, Refusal::Limit(_)) {
+            if matches!(refusal, Refusal::Limit(_) | Refusal::Never(_)) {
                 decision.limited.insert(w.key.clone());
             }
         }
@@ -978,7 +1079,8 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
                     .copied()
                     .unwrap_or(0),
                 lent,
-                pending: books.pending(&t.name, r).max(0),
+                pending: books.pending(&t.name, r).max(0)
+                    + books.unplaceable.get(&t.name).map_or(0, |m| get(m, r)),
                 fair_share: fair_of(&t.name, r),
             };
             let per = decision.standings.entry(t.name.clone()).or_default();
@@ -1053,9 +1155,14 @@ fn tell_waiting(
     message.push_str(&format!(
         "; #{place} of {of} waiting in tenant {tenant}'s queue"
     ));
+    // No estimated wait for what freed GPUs do not end (a gang not all there, more than the
+    // host has).
+    let limited = matches!(refusal, Refusal::Never(_));
     for p in &w.pods {
         let key = format!("{}/{}", p.namespace, p.name);
-        decision.ahead.insert(key.clone(), (*ahead).clone());
+        if !limited {
+            decision.ahead.insert(key.clone(), (*ahead).clone());
+        }
         decision.waiting.insert(key, message.clone());
     }
 }
@@ -1087,11 +1194,14 @@ fn try_admit(
         return Err(Refusal::Limit(format!("tenant {} is unknown", w.tenant)));
     };
     if w.pods.len() < w.needs {
-        return Err(Refusal::Limit(format!(
+        return Err(Refusal::Never(format!(
             "waiting for its gang: {} of {} pods exist",
             w.pods.len(),
             w.needs
         )));
+    }
+    if let Some(why) = books.never_fits(w) {
+        return Err(Refusal::Never(why));
     }
     let gpus = w.gpus();
     let backfill = matches!(mode, Mode::Backfill { .. });
@@ -2115,6 +2225,95 @@ mod tests {
             &Policy::default(),
         );
         assert!(d.waiting["fabrik-a/h"].contains("1 of 2 pods exist"));
+    }
+
+    #[test]
+    fn what_the_host_can_never_run_is_told_so_and_claims_no_share() {
+        // 2 × 8 GPUs. a asks for a gang of 3 × 8 and for one pod of 9; b wants 12 GPUs.
+        let nodes = vec![node("n1", 8), node("n2", 8)];
+        let mut gang = waiting("a", "g", 8, 0);
+        gang.pods.push(pod("fabrik-a", "g-1", 8));
+        gang.pods.push(pod("fabrik-a", "g-2", 8));
+        gang.needs = 3;
+        let wide = waiting("a", "wide", 9, 1);
+        let b: Vec<Waiting> = (0..12)
+            .map(|k| waiting("b", &format!("b-{k}"), 1, 2 + k))
+            .collect();
+        let mut all = vec![gang, wide];
+        all.extend(b);
+        let i = input(vec![tenant("a", 4, 100), tenant("b", 4, 12)], nodes, all);
+        let d = decide(&i, &Policy::default());
+        let said = &d.waiting["fabrik-a/g"];
+        assert!(
+            said.contains(
+                "it asks for 24 nvidia.com/gpu in all, more than the host's GPUs could ever offer \
+                 (16): it cannot run unless the host grows"
+            ),
+            "{said}"
+        );
+        let said = &d.waiting["fabrik-a/wide"];
+        assert!(
+            said.contains("pod wide asks for 9 nvidia.com/gpu, more than any node's GPUs could ever offer (8)"),
+            "{said}"
+        );
+        // Nothing frees up for them: no estimate, no layout; they are still pending.
+        for key in ["fabrik-a/g", "fabrik-a/wide"] {
+            assert!(!d.ahead.contains_key(key), "{key}: {:?}", d.ahead.get(key));
+            assert!(d.limited.contains(key), "{key}");
+        }
+        assert_eq!(d.standings["a"]["nvidia.com/gpu"].pending, 33);
+        // And they take no part of a fair share: b gets all it wants, a nothing.
+        assert_eq!(d.standings["b"]["nvidia.com/gpu"].fair_share, 12);
+        assert_eq!(d.standings["a"]["nvidia.com/gpu"].fair_share, 0);
+        assert_eq!(d.admit.iter().filter(|a| a.tenant == "b").count(), 12);
+        // Once the host has room for the gang (four nodes), it is a workload like any other.
+        let mut bigger = i.clone();
+        bigger.nodes.extend([node("n3", 8), node("n4", 8)]);
+        bigger.capacity.insert("nvidia.com/gpu".into(), 32);
+        let d = decide(&bigger, &Policy::default());
+        assert!(!d
+            .waiting
+            .get("fabrik-a/g")
+            .is_some_and(|m| m.contains("cannot run")));
+        assert!(d.waiting["fabrik-a/wide"].contains("cannot run unless a larger node joins"));
+        // GPUs being laid out anew offer no device meanwhile: the node agent's count of its
+        // GPUs still says what the node has.
+        let mut relaid = i.clone();
+        for n in &mut relaid.nodes {
+            n.devices.truncate(6);
+            n.labels
+                .insert(fabrik_api::LABEL_GPU_COUNT.to_string(), "8".to_string());
+        }
+        relaid.waiting = vec![waiting("c", "eight", 8, 20)];
+        relaid.tenants.push(tenant("c", 8, 0));
+        let d = decide(&relaid, &Policy::default());
+        let said = d.waiting.get("fabrik-c/eight").cloned().unwrap_or_default();
+        assert!(!said.contains("cannot run"), "{said}");
+    }
+
+    #[test]
+    fn a_gang_not_all_there_gets_no_estimated_wait() {
+        let mut partial = waiting("a", "h", 1, 0);
+        partial.needs = 2;
+        let nodes = vec![node("n1", 8)];
+        let mut held = nodes.clone();
+        let busy = hold(&mut held, "b", "busy", 8, 0);
+        let mut i = input(
+            vec![tenant("a", 4, 0), tenant("b", 4, 4)],
+            held,
+            vec![partial, waiting("a", "next", 1, 2)],
+        );
+        i.admitted = vec![busy];
+        let d = decide(&i, &Policy::default());
+        assert!(d.waiting["fabrik-a/h"].contains("1 of 2 pods exist"));
+        assert!(!d.ahead.contains_key("fabrik-a/h"), "{:?}", d.ahead);
+        // The workload behind it waits for GPUs to free up: its estimate counts its own alone.
+        assert_eq!(
+            d.ahead.get("fabrik-a/next"),
+            Some(&Gpus::from([("nvidia.com/gpu".to_string(), 1)])),
+            "{:?}",
+            d.waiting
+        );
     }
 
     #[test]
