@@ -380,6 +380,17 @@ fn policy_from(cm: &ConfigMap, defaults: &Policy, state: &mut State) -> Policy {
 /// How often a waiting pod's message is rewritten when only its figures change.
 const RETELL: Duration = Duration::from_secs(15);
 
+/// Whether two messages to a waiting pod say the same but for their figures (the place in the
+/// queue and the estimate, after "; #", are figures too): the newer one may wait for
+/// [`RETELL`].
+fn same_kind(a: &str, b: &str) -> bool {
+    let words = |t: &str| -> String {
+        let t = t.split("; #").next().unwrap_or(t);
+        t.chars().filter(|c| !c.is_ascii_digit()).collect()
+    };
+    words(a) == words(b)
+}
+
 /// A pod's gates without the queue's, for a merge patch: none left removes the field.
 fn gates_without_queue(pod: &Pod) -> serde_json::Value {
     let gates: Vec<_> = pod
@@ -635,7 +646,27 @@ async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
         ..Default::default()
     };
     let written = match api.replace(LEDGER_CONFIGMAP, &params, &cm).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => api.create(&params, &cm).await,
+        Err(kube::Error::Api(s)) if s.code == 404 => match api.create(&params, &cm).await {
+            // No namespace yet (`fabrik up` before its node agents made it): made here.
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                let ns = k8s_openapi::api::core::v1::Namespace {
+                    metadata: kube::api::ObjectMeta {
+                        name: Some(settings.namespace.clone()),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                };
+                let made = Api::<k8s_openapi::api::core::v1::Namespace>::all(host.clone())
+                    .create(&params, &ns)
+                    .await;
+                match made {
+                    Ok(_) => api.create(&params, &cm).await,
+                    Err(kube::Error::Api(s)) if s.code == 409 => api.create(&params, &cm).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        },
         other => other,
     };
     let what = "save the fair-share ledger".to_string();
@@ -1096,12 +1127,7 @@ async fn apply(
         if current == text {
             continue;
         }
-        // The place in the queue (after "; #") is a figure too.
-        let kind = |t: &'_ str| -> Vec<String> {
-            let t = t.split("; #").next().unwrap_or(t);
-            t.split(':').take(2).map(str::to_string).collect()
-        };
-        let same_kind = kind(current) == kind(&text);
+        let same_kind = same_kind(current, &text);
         if same_kind && state.told.contains_key(key) {
             continue;
         }
@@ -1245,6 +1271,22 @@ async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_waiting_pod_is_told_at_once_when_the_words_change_and_later_when_figures_do() {
+        let gang = "queued by Fabrik's GPU queue: gang default/kueue/big (3 pods, admitted all \
+                    together): ";
+        let was = format!("{gang}waiting for its gang: 2 of 3 pods exist; #1 of 1 waiting");
+        let now = format!(
+            "{gang}waiting for 24 nvidia.com/gpu: 14 of 14 are free for it; #1 of 1 waiting"
+        );
+        assert!(!same_kind(&was, &now));
+        let later = format!(
+            "{gang}waiting for 24 nvidia.com/gpu: 2 of 14 are free for it; #2 of 3 waiting; \
+             estimated wait about 4 min"
+        );
+        assert!(same_kind(&now, &later));
+    }
 
     #[test]
     fn waiting_pods_are_told_when_a_layout_for_their_kind_could_not_be_written() {
