@@ -79,7 +79,8 @@ impl Context {
     }
 
     /// [`Context::failed`] with the Event's reason (upstream's, such as `FailedCreate`). The
-    /// failure is logged when its message changes, not on every retry.
+    /// failure is logged when its message changes ([`failure_shape`]: not when only a name in
+    /// quotes does), not on every retry.
     pub fn failed_as<K: Resource<DynamicType = ()>>(
         &self,
         obj: &K,
@@ -87,13 +88,14 @@ impl Context {
         error: &dyn Display,
     ) -> Action {
         let message = error.to_string();
+        let shape = failure_shape(&message);
         let (n, changed) = match self.failures.lock() {
             Ok(mut f) => {
                 let entry = f.entry(key(obj)).or_insert((0, String::new()));
                 entry.0 = entry.0.saturating_add(1);
-                let changed = entry.1 != message;
+                let changed = entry.1 != shape;
                 if changed {
-                    entry.1 = message.clone();
+                    entry.1 = shape;
                 }
                 (entry.0, changed)
             }
@@ -347,10 +349,49 @@ where
     }
 }
 
+/// A failure's message with what it quotes left out: a retry that fails the same way for a new
+/// object (a pod created under a generated name, refused again) is the same failure.
+pub fn failure_shape(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut quoted = false;
+    for c in message.chars() {
+        if c == '"' {
+            quoted = !quoted;
+            out.push(c);
+        } else if !quoted {
+            out.push(c);
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    #[test]
+    fn a_retry_refused_the_same_way_under_a_new_name_is_the_same_failure() {
+        let refused = |pod: &str, used: u32| {
+            format!(
+                "failed to create pod: pods \"{pod}\" is forbidden: exceeded the quota of tenant \
+                 \"eval\": requested: gpus=1, used: gpus={used}, limited: gpus=8"
+            )
+        };
+        assert_eq!(
+            failure_shape(&refused("evals-5f466-sps4s", 8)),
+            failure_shape(&refused("evals-5f466-n7hws", 8))
+        );
+        // What changes outside the quotes is a new failure.
+        assert_ne!(
+            failure_shape(&refused("evals-5f466-sps4s", 8)),
+            failure_shape(&refused("evals-5f466-sps4s", 7))
+        );
+        assert_ne!(
+            failure_shape("timed out"),
+            failure_shape("connection refused")
+        );
+    }
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
