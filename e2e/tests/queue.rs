@@ -902,6 +902,63 @@ fn borrowed_mig_runs_go_for_a_guarantee_of_whole_gpus() {
     });
 }
 
+/// A pod larger than any node, and a gang (a Kueue pod group) larger than the host, are told
+/// they cannot run here (no estimated wait); what the host can run goes on beside them.
+#[test]
+fn what_the_host_can_never_run_is_told_so() {
+    let f = Fabrik::start_with(&["--nodes", "2"]).expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    f.check(|| {
+        let t = f.create_tenant("wide", &["--gpus", "4", "--borrow-gpus", "30"])?;
+        kc_apply_ok(&k, &t, &gpu_pod("nine", 9, 60))?;
+        let member = |i: usize| {
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata:\n  name: g-{i}\n  labels: \
+                 {{kueue.x-k8s.io/pod-group-name: pair}}\n  annotations: \
+                 {{kueue.x-k8s.io/pod-group-total-count: \"3\"}}\nspec:\n  containers:\n  \
+                 - name: main\n    image: trainer\n    resources: {{limits: {{nvidia.com/gpu: 6}}}}\n"
+            )
+        };
+        kc_apply_ok(&k, &t, &member(0))?;
+        kc_apply_ok(&k, &t, &member(1))?;
+        kc_apply_ok(&k, &t, &member(2))?;
+        kc_apply_ok(&k, &t, &gpu_pod("fits", 2, 60))?;
+        let said = |pod: &str| -> Result<String> {
+            kc_ok(
+                &k,
+                &t,
+                &[
+                    "get",
+                    "pod",
+                    pod,
+                    "-o",
+                    r#"jsonpath={.status.conditions[?(@.type=="PodScheduled")].message}"#,
+                ],
+            )
+        };
+        let mut seen = (String::new(), String::new());
+        poll_until("both told they cannot run here", WAIT, || {
+            seen = (said("nine")?, said("g-0")?);
+            Ok(seen.0.contains(
+                "it asks for 9 nvidia.com/gpu, more than any node's GPUs could ever offer (8): \
+                 it cannot run unless a larger node joins",
+            ) && seen.1.contains(
+                "it asks for 18 nvidia.com/gpu in all, more than the host's GPUs could ever offer \
+                 (16): it cannot run unless the host grows",
+            ))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        if seen.0.contains("estimated wait") || seen.1.contains("estimated wait") {
+            bail!("an estimated wait for what cannot run: {seen:?}");
+        }
+        poll_until("the pod that fits Running", WAIT, || {
+            let phase = kc_ok(&k, &t, &["get", "pod", "fits", "-o", "jsonpath={.status.phase}"])?;
+            Ok(phase == "Running")
+        })?;
+        Ok(())
+    });
+}
+
 #[test]
 fn turning_the_queue_off_releases_the_pods_it_held() {
     let mut f = Fabrik::start_with(&["--nodes", "1"]).expect("fabrik up");

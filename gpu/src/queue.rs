@@ -439,10 +439,16 @@ impl Books<'_> {
         for p in &w.pods {
             for (r, n) in sum(std::iter::once(p)) {
                 if let Some(c) = self.ceilings.get(&r).filter(|c| n > c.node) {
+                    // (Not by name: a host pod's name is not the tenant's.)
+                    let who = if w.pods.len() > 1 {
+                        "one of its pods"
+                    } else {
+                        "it"
+                    };
                     return Some(format!(
-                        "pod {} asks for {n} {r}, more than any node's GPUs could ever offer \
+                        "{who} asks for {n} {r}, more than any node's GPUs could ever offer \
                          ({}): it cannot run unless a larger node joins",
-                        p.name, c.node
+                        c.node
                     ));
                 }
             }
@@ -2253,7 +2259,9 @@ mod tests {
         );
         let said = &d.waiting["fabrik-a/wide"];
         assert!(
-            said.contains("pod wide asks for 9 nvidia.com/gpu, more than any node's GPUs could ever offer (8)"),
+            said.contains(
+                "it asks for 9 nvidia.com/gpu, more than any node's GPUs could ever offer (8)"
+            ),
             "{said}"
         );
         // Nothing frees up for them: no estimate, no layout; they are still pending.
