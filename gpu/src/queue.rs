@@ -1370,11 +1370,11 @@ fn place_off(nodes: &[NodeView], w: &Waiting, off: &BTreeSet<String>) -> Result<
             }
             Err(reason) => {
                 let what = if w.pods.len() > 1 {
+                    // (Not by name: a host pod's name is not the tenant's.)
                     format!(
-                        "gang: {} of {} pods fit; {} does not: {reason}",
+                        "gang: {} of {} pods fit; the next does not: {reason}",
                         placements.len(),
                         w.pods.len(),
-                        p.name
                     )
                 } else {
                     reason

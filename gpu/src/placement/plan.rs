@@ -91,12 +91,12 @@ fn place_gang(
                 placements.push(p);
             }
             Err(reason) => {
+                // (Not by name: the tenant's pod, which is told too, has another.)
                 return Err(format!(
-                    "gang {gang}: {} of {} pods fit; {} does not: {reason}",
+                    "gang {gang}: {} of {} pods fit; the next does not: {reason}",
                     placements.len(),
                     members.len(),
-                    pod.name
-                ))
+                ));
             }
         }
     }
