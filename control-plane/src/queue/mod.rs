@@ -645,37 +645,36 @@ async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
         field_manager: Some("fabrik-gpu-queue".to_string()),
         ..Default::default()
     };
-    let written = match api.replace(LEDGER_CONFIGMAP, &params, &cm).await {
-        Err(kube::Error::Api(s)) if s.code == 404 => match api.create(&params, &cm).await {
-            // No namespace yet (`fabrik up` before its node agents made it): made here.
-            Err(kube::Error::Api(s)) if s.code == 404 => {
-                let ns = k8s_openapi::api::core::v1::Namespace {
-                    metadata: kube::api::ObjectMeta {
-                        name: Some(settings.namespace.clone()),
-                        ..Default::default()
-                    },
-                    ..Default::default()
-                };
-                let made = Api::<k8s_openapi::api::core::v1::Namespace>::all(host.clone())
-                    .create(&params, &ns)
-                    .await;
-                match made {
-                    Ok(_) => api.create(&params, &cm).await,
-                    Err(kube::Error::Api(s)) if s.code == 409 => api.create(&params, &cm).await,
-                    Err(e) => Err(e),
-                }
-            }
-            other => other,
-        },
+    let mut written = match api.replace(LEDGER_CONFIGMAP, &params, &cm).await {
+        Err(kube::Error::Api(s)) if s.code == 404 => api.create(&params, &cm).await,
         other => other,
     };
+    if matches!(&written, Err(kube::Error::Api(s)) if s.code == 404) {
+        // No namespace yet (`fabrik up` before its node agents made it): made here.
+        let ns = k8s_openapi::api::core::v1::Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(settings.namespace.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let made = Api::<k8s_openapi::api::core::v1::Namespace>::all(host.clone())
+            .create(&params, &ns)
+            .await;
+        written = match made {
+            // (409: made meanwhile.)
+            Ok(_) => api.create(&params, &cm).await,
+            Err(kube::Error::Api(s)) if s.code == 409 => api.create(&params, &cm).await,
+            Err(e) => Err(e),
+        };
+    }
     let what = "save the fair-share ledger".to_string();
     match written {
         Ok(_) => {
             state.ok(&what);
             state.ledger_saved = Some(std::time::Instant::now());
         }
-        // (Not a race: the create found no namespace.)
+        // (Not a race: the namespace went again, or is going.)
         Err(kube::Error::Api(s)) if s.code == 404 => {
             let text = format!("namespace {} does not exist", settings.namespace);
             if state.failures.get(&what) != Some(&text) {
@@ -709,8 +708,9 @@ struct State {
     /// Whether `ledger` is the saved one, read since this replica last started deciding (until
     /// then it is not saved, lest it overwrite the saved one).
     ledger_read: bool,
-    /// When `ledger` was last saved, and the half-life it was kept with.
+    /// When `ledger` was last saved.
     ledger_saved: Option<std::time::Instant>,
+    /// The half-life the ledger is kept with (the last pass's policy), nanoseconds.
     half_life: i128,
     /// Nodes repartitioned for demand lately.
     repartitioned: layouts::Recent,
