@@ -1738,12 +1738,12 @@ fn reclaim(
                     key: v.key.clone(),
                     tenant: v.tenant.clone(),
                     pods: v.pods.iter().map(|p| p.request.name.clone()).collect(),
+                    // (Another tenant's workload is not named to this one.)
                     message: format!(
                         "preempted by Fabrik's GPU queue: tenant {} held these GPUs beyond its \
-                     fair share, and tenant {tenant}, below its fair share, needs {} for {}",
+                     fair share, and tenant {tenant}, below its fair share, needs {}",
                         v.tenant,
                         what.join(", "),
-                        w.key
                     ),
                 });
             }
@@ -1828,10 +1828,9 @@ fn drain(
                     pods: a.pods.iter().map(|p| p.request.name.clone()).collect(),
                     message: format!(
                         "preempted by Fabrik's GPU queue: it ran as backfill on node(s) {}, \
-                         reserved for {} of tenant {}, which waited past the starvation bound; \
-                         those nodes have drained but for backfill",
+                         reserved for a workload of tenant {} that waited past the starvation \
+                         bound; those nodes have drained but for backfill",
                         on.join(", "),
-                        w.key,
                         w.tenant
                     ),
                 })
@@ -2073,9 +2072,17 @@ mod tests {
         );
         i.admitted = admitted.clone();
         let d = decide(&i, &Policy::default());
-        // a is 2 over its share: one of its workloads goes, the newest.
+        // a is 2 over its share: one of its workloads goes, the newest; it is told whose need,
+        // not which of b's workloads.
         assert_eq!(d.preempt.len(), 1, "{:?}", d.preempt);
         assert_eq!(d.preempt[0].key, "fabrik-a/a2");
+        assert!(
+            d.preempt[0]
+                .message
+                .ends_with("tenant b, below its fair share, needs 2 nvidia.com/gpu"),
+            "{}",
+            d.preempt[0].message
+        );
         // The same where nobody knows which devices each pod holds (a host scheduler bound
         // them on nodes whose GPUs are counted from `allocatable`).
         let mut unnamed = i.clone();
@@ -2718,10 +2725,11 @@ mod tests {
         let d = setup(false);
         let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(taken, vec!["fabrik-o/o-late"]);
+        // Another tenant's workload is not named to it.
         assert!(
-            d.preempt[0]
-                .message
-                .contains("ran as backfill on node(s) n2"),
+            d.preempt[0].message.contains(
+                "ran as backfill on node(s) n2, reserved for a workload of tenant t that waited"
+            ) && !d.preempt[0].message.contains("big"),
             "{}",
             d.preempt[0].message
         );
