@@ -124,6 +124,10 @@ pub struct Admitted {
     /// Whether a PodDisruptionBudget allows none of its pods to go now: it is never chosen to
     /// be preempted (reclaim takes others, or waits).
     pub protected: bool,
+    /// Whether it was admitted as its tenant's turn past its fair share ([`Admission::turn`]).
+    /// Any other workload of a tenant beyond its guarantee goes back whole, when reclaim needs
+    /// it, to a tenant below its own guarantee.
+    pub turn: bool,
 }
 
 impl Admitted {
@@ -229,6 +233,10 @@ pub struct Admission {
     /// Whether it is backfill: GPUs the queue would otherwise leave idle, beyond its tenant's
     /// fair share or on nodes reserved for another workload — the first to be preempted.
     pub backfill: bool,
+    /// Whether it is its tenant's turn past its fair share, taken while other tenants below
+    /// theirs waited (a workload larger than the rest of its share): reclaim does not take it
+    /// back for a guarantee, or it would never run (see [`Admitted::turn`]).
+    pub turn: bool,
 }
 
 /// A preemption: an admitted workload whose GPUs go back to their owner.
@@ -1212,6 +1220,7 @@ fn try_admit(
     let gpus = w.gpus();
     let backfill = matches!(mode, Mode::Backfill { .. });
     let mut borrowed = false;
+    let mut turn = false;
     for (r, n) in &gpus {
         let held = books.held(&t.name, r);
         let after = held + n;
@@ -1260,31 +1269,35 @@ fn try_admit(
         let fair = fair_of(&t.name, r);
         let lead = books.lead(&t.name, r);
         let may_pass = claimed == 0 && lead <= 0;
-        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, may_pass) {
-            let contended = input.tenants.iter().any(|o| {
+        let contended = || {
+            input.tenants.iter().any(|o| {
                 o.name != t.name
                     && books.pending(&o.name, r) > 0
                     && books.held(&o.name, r) < fair_of(&o.name, r)
-            });
-            if contended {
-                if claimed == 0 && queued < fair && lead > 0 {
-                    return Err(Refusal::Share(format!(
-                        "tenant {} holds {queued} of its fair share of {r} ({fair}) but has lately \
-                         held {lead} device-seconds beyond it: nothing past its share until that \
-                         is given back, while other tenants wait",
-                        t.name,
-                    )));
-                }
-                let kept = if claimed > 0 {
-                    format!(", {claimed} of it kept for its own reserved workload")
-                } else {
-                    String::new()
-                };
+            })
+        };
+        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, false) && contended() {
+            // Past its share while others wait: only as its turn (checked next).
+            turn = true;
+        }
+        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, may_pass) && contended() {
+            if claimed == 0 && queued < fair && lead > 0 {
                 return Err(Refusal::Share(format!(
-                    "tenant {} is at its fair share of {r} ({fair}{kept}) while other tenants wait",
+                    "tenant {} holds {queued} of its fair share of {r} ({fair}) but has lately \
+                     held {lead} device-seconds beyond it: nothing past its share until that \
+                     is given back, while other tenants wait",
                     t.name,
                 )));
             }
+            let kept = if claimed > 0 {
+                format!(", {claimed} of it kept for its own reserved workload")
+            } else {
+                String::new()
+            };
+            return Err(Refusal::Share(format!(
+                "tenant {} is at its fair share of {r} ({fair}{kept}) while other tenants wait",
+                t.name,
+            )));
         }
     }
     // Placement, all or nothing, off the nodes reserved for other workloads (in backfill mode,
@@ -1323,6 +1336,7 @@ fn try_admit(
         placements,
         borrowed,
         backfill,
+        turn,
     })
 }
 
@@ -1582,12 +1596,17 @@ fn reclaim(
         }
     }
     let mut over: BTreeMap<(String, String), i64> = BTreeMap::new();
+    // And beyond its guarantee: what a tenant owed its guarantee may take back whole.
+    let mut borrowing: BTreeMap<(String, String), i64> = BTreeMap::new();
     for a in &input.admitted {
         for r in a.gpus().keys() {
             let key = (a.tenant.clone(), r.clone());
             let gone = leaving.get(&key).copied().unwrap_or(0);
-            over.entry(key)
-                .or_insert_with(|| books.held(&a.tenant, r) - gone - fair_of(&a.tenant, r));
+            let holds = books.held(&a.tenant, r) - gone;
+            over.entry(key.clone())
+                .or_insert_with(|| holds - fair_of(&a.tenant, r));
+            let guaranteed = books.tenant(&a.tenant).map_or(0, |t| t.guaranteed(r));
+            borrowing.entry(key).or_insert(holds - guaranteed);
         }
     }
     // GPUs already on their way back count first.
@@ -1617,6 +1636,13 @@ fn reclaim(
             }
             rounds += 1;
             let gpus = w.gpus();
+            // All of it within its tenant's guarantee: a borrower's whole workload may go for
+            // it even where that takes the borrower below its fair share (a guarantee holds
+            // under contention; borrowing is on that understanding).
+            let owed = books.tenant(tenant).is_some_and(|t| {
+                gpus.iter()
+                    .all(|(r, n)| books.held(tenant, r) + get(&gaining, r) + n <= t.guaranteed(r))
+            });
             for (r, n) in &gpus {
                 *gaining.entry(r.clone()).or_insert(0) += n;
             }
@@ -1672,79 +1698,109 @@ fn reclaim(
                     a.key.clone(),
                 )
             });
-            type Room<'v> = (i64, Vec<&'v Admitted>, Vec<(String, String)>, Vec<NodeView>);
+            // Each victim with whether it goes for a guarantee (taking its tenant below its
+            // fair share); those that do not are tried first.
+            type Room<'v> = (i64, Vec<(&'v Admitted, bool)>, Placed);
             let mut best: Option<Room<'_>> = None;
-            for node in base
-                .iter()
-                .filter(|n| n.schedulable)
-                .map(|n| n.name.clone())
-            {
-                let mut trial = base.clone();
-                let mut surplus = over.clone();
-                let mut chosen: Vec<&Admitted> = Vec::new();
-                let mut freed = 0;
-                let mut placed = None;
-                for v in victims
-                    .iter()
-                    .filter(|v| v.pods.iter().any(|p| p.node == node))
-                {
-                    let vg = sum(v.pods.iter().map(|p| &p.request));
-                    let fits_surplus = vg.iter().all(|(r, n)| {
-                        surplus
-                            .get(&(v.tenant.clone(), r.clone()))
-                            .is_some_and(|o| o >= n)
-                    });
-                    if !fits_surplus {
-                        continue;
-                    }
-                    for (r, n) in &vg {
-                        if let Some(o) = surplus.get_mut(&(v.tenant.clone(), r.clone())) {
-                            *o -= n;
-                        }
-                        freed += n;
-                    }
-                    for p in &v.pods {
-                        release(&mut trial, p);
-                    }
-                    chosen.push(v);
-                    placed = place_off(&trial, w, &elsewhere).ok();
-                    if placed.is_some() {
-                        break;
-                    }
+            for for_guarantee in [false, true] {
+                if best.is_some() || (for_guarantee && !owed) {
+                    break;
                 }
-                if let Some((placements, after)) = placed {
-                    if best.as_ref().is_none_or(|(f, _, _, _)| freed < *f) {
-                        best = Some((freed, chosen, placements, after));
+                for node in base
+                    .iter()
+                    .filter(|n| n.schedulable)
+                    .map(|n| n.name.clone())
+                {
+                    let mut trial = base.clone();
+                    let mut surplus = over.clone();
+                    let mut lent = borrowing.clone();
+                    let mut chosen: Vec<(&Admitted, bool)> = Vec::new();
+                    let mut freed = 0;
+                    let mut placed = None;
+                    for v in victims
+                        .iter()
+                        .filter(|v| v.pods.iter().any(|p| p.node == node))
+                    {
+                        let vg = sum(v.pods.iter().map(|p| &p.request));
+                        let left = |m: &BTreeMap<(String, String), i64>, r: &str| {
+                            m.get(&(v.tenant.clone(), r.to_string()))
+                                .copied()
+                                .unwrap_or(0)
+                        };
+                        let fits_surplus = vg.iter().all(|(r, n)| left(&surplus, r) >= *n);
+                        // A borrower: beyond its guarantee in every resource it holds here,
+                        // and not there on its turn.
+                        let borrower = !v.turn && vg.keys().all(|r| left(&lent, r) > 0);
+                        let may_go = fits_surplus || (for_guarantee && borrower);
+                        if !may_go {
+                            continue;
+                        }
+                        for (r, n) in &vg {
+                            let key = (v.tenant.clone(), r.clone());
+                            for m in [&mut surplus, &mut lent] {
+                                if let Some(o) = m.get_mut(&key) {
+                                    *o -= n;
+                                }
+                            }
+                            freed += n;
+                        }
+                        for p in &v.pods {
+                            release(&mut trial, p);
+                        }
+                        chosen.push((v, !fits_surplus));
+                        placed = place_off(&trial, w, &elsewhere).ok();
+                        if placed.is_some() {
+                            break;
+                        }
+                    }
+                    if let Some(room) = placed {
+                        if best.as_ref().is_none_or(|(f, _, _)| freed < *f) {
+                            best = Some((freed, chosen, room));
+                        }
                     }
                 }
             }
             // Preempting would not make room: take nothing for it.
-            let Some((_, chosen, placements, after)) = best else {
+            let Some((_, chosen, (placements, after))) = best else {
                 continue;
             };
             view = after;
             counted.extend(soon.iter().map(|a| a.key.clone()));
             spoken_for.extend(placements.into_iter().map(|(_, node)| node));
-            for v in chosen {
+            for (v, for_guarantee) in chosen {
                 spoken_for.extend(v.pods.iter().map(|p| p.node.clone()));
                 for (r, n) in sum(v.pods.iter().map(|p| &p.request)) {
-                    if let Some(o) = over.get_mut(&(v.tenant.clone(), r)) {
-                        *o -= n;
+                    let key = (v.tenant.clone(), r);
+                    for m in [&mut over, &mut borrowing] {
+                        if let Some(o) = m.get_mut(&key) {
+                            *o -= n;
+                        }
                     }
                 }
                 taken.insert(v.key.clone());
                 let what: Vec<String> = gpus.iter().map(|(r, n)| format!("{n} {r}")).collect();
+                // (Another tenant's workload is not named to this one.)
+                let message = if for_guarantee {
+                    format!(
+                        "preempted by Fabrik's GPU queue: tenant {} borrowed these GPUs beyond \
+                         its guarantee, and tenant {tenant}, below its own guarantee, needs {} \
+                         (a workload is taken back whole)",
+                        v.tenant,
+                        what.join(", "),
+                    )
+                } else {
+                    format!(
+                        "preempted by Fabrik's GPU queue: tenant {} held these GPUs beyond its \
+                         fair share, and tenant {tenant}, below its fair share, needs {}",
+                        v.tenant,
+                        what.join(", "),
+                    )
+                };
                 out.push(Preemption {
                     key: v.key.clone(),
                     tenant: v.tenant.clone(),
                     pods: v.pods.iter().map(|p| p.request.name.clone()).collect(),
-                    // (Another tenant's workload is not named to this one.)
-                    message: format!(
-                        "preempted by Fabrik's GPU queue: tenant {} held these GPUs beyond its \
-                     fair share, and tenant {tenant}, below its fair share, needs {}",
-                        v.tenant,
-                        what.join(", "),
-                    ),
+                    message,
                 });
             }
         }
@@ -1998,6 +2054,7 @@ mod tests {
                     admitted_at: 1,
                     arrival: w.arrival,
                     backfill: a.backfill,
+                    turn: a.turn,
                     ..Default::default()
                 }
             })
@@ -2114,11 +2171,77 @@ mod tests {
     }
 
     #[test]
+    fn a_guarantee_takes_back_a_borrower_s_whole_workload_but_not_its_turn() {
+        // One node of 8. b (4 guaranteed, may borrow 4) runs one workload of 8, borrowed while
+        // a (4 guaranteed) had nothing to run; now a waits for 1. Taking b's workload puts b
+        // below its fair share (4) — but a's guarantee holds: it goes back, whole.
+        let setup = |turn: bool| {
+            let mut nodes = vec![node("n1", 8)];
+            let mut big = hold(&mut nodes, "b", "big", 8, 0);
+            big.turn = turn;
+            let mut i = input(
+                vec![tenant("a", 4, 0), tenant("b", 4, 4)],
+                nodes,
+                vec![waiting("a", "one", 1, 10)],
+            );
+            i.admitted = vec![big];
+            decide(&i, &Policy::default())
+        };
+        let d = setup(false);
+        let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(taken, vec!["fabrik-b/big"]);
+        assert!(
+            d.preempt[0].message.contains(
+                "tenant b borrowed these GPUs beyond its guarantee, and tenant a, below its own \
+                 guarantee, needs 1 nvidia.com/gpu"
+            ),
+            "{}",
+            d.preempt[0].message
+        );
+        // Admitted as b's turn past its share while others waited (a workload larger than the
+        // rest of its share, which would otherwise never run): not taken back; a waits.
+        let d = setup(true);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert!(d.admit.is_empty(), "{:?}", d.admit);
+    }
+
+    #[test]
+    fn a_workload_past_its_share_while_others_wait_is_admitted_as_its_turn() {
+        // Two nodes of 8; a, b and c each guaranteed 5 and allowed 11. b and c hold 4 each on
+        // one node and wait for 2 more (below their fair shares); a waits for 8, past its share:
+        // admitted on the empty node as a's turn. Alone, the same workload is plain borrowing.
+        let run = |others: bool| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut admitted = Vec::new();
+            let mut w = vec![waiting("a", "big", 8, 0)];
+            if others {
+                admitted.push(hold(&mut nodes, "b", "b0", 4, 0));
+                admitted.push(hold(&mut nodes, "c", "c0", 4, 0));
+                w.push(waiting("b", "more", 2, 1));
+                w.push(waiting("c", "more", 2, 2));
+            }
+            let mut i = input(
+                vec![tenant("a", 5, 11), tenant("b", 5, 11), tenant("c", 5, 11)],
+                nodes,
+                w,
+            );
+            i.admitted = admitted;
+            decide(&i, &Policy::default())
+        };
+        let d = run(true);
+        let big = d.admit.iter().find(|a| a.key == "fabrik-a/big");
+        assert!(big.is_some_and(|a| a.turn && a.borrowed), "{:?}", d.admit);
+        let d = run(false);
+        let big = d.admit.iter().find(|a| a.key == "fabrik-a/big");
+        assert!(big.is_some_and(|a| !a.turn && a.borrowed), "{:?}", d.admit);
+    }
+
+    #[test]
     fn reclaim_counts_what_is_already_leaving_as_gone() {
         // One node of 12. a (4 guaranteed, may borrow 8) holds 8 in four workloads of 2, the
         // newest, a3, already leaving (preempted by the previous decision, its pod not gone
-        // yet); b (4) holds 2 and waits for 2; c (4) holds 2 and waits for 1. Fair shares:
-        // a 5, b 4, c 3. b's workload takes a3's GPUs as they come back; a, without a3,
+        // yet); b (4) holds 2 and waits for 2; c (2, may borrow 1) holds 2 and waits for 1.
+        // Fair shares: a 5, b 4, c 3. b's workload takes a3's GPUs as they come back; a, without a3,
         // holds 6: taking another 2 would put it below its share, so c waits.
         let mut nodes = vec![node("n1", 12)];
         let mut admitted: Vec<Admitted> = (0..4)
@@ -2127,7 +2250,7 @@ mod tests {
         admitted[3].leaving = true;
         admitted.push(hold(&mut nodes, "b", "b0", 2, 9));
         admitted.push(hold(&mut nodes, "c", "c0", 2, 9));
-        let tenants = vec![tenant("a", 4, 8), tenant("b", 4, 0), tenant("c", 4, 0)];
+        let tenants = vec![tenant("a", 4, 8), tenant("b", 4, 0), tenant("c", 2, 1)];
         let mut i = input(
             tenants,
             nodes,

@@ -90,6 +90,13 @@ fn backfill(pod: &Pod) -> bool {
         .is_some_and(|a| a.split_whitespace().nth(1) == Some("backfill"))
 }
 
+/// Whether the queue admitted a pod as its tenant's turn past its fair share
+/// ([`fabrik_gpu::queue::Admission::turn`]): `<time> borrowed turn`.
+fn turn(pod: &Pod) -> bool {
+    annotation(pod, fabrik_api::ANNOTATION_QUEUE_ADMITTED)
+        .is_some_and(|a| a.split_whitespace().nth(2) == Some("turn"))
+}
+
 /// The workload a tenant pod belongs to: `namespace/gang` and its size, or `namespace/pod`.
 fn workload(pod: &Pod) -> (String, usize) {
     let ns = pod.metadata.namespace.as_deref().unwrap_or("");
@@ -520,10 +527,12 @@ pub fn build(tenants: Vec<TenantQueue>, host: Host<'_>, now: i128) -> Built {
             backfill: false,
             ends_by: ends_by(pod, now),
             protected: false,
+            turn: false,
         });
         a.ends_by = later(a.ends_by, ends_by(pod, now));
         a.leaving |= leaving(pod);
         a.backfill |= backfill(pod);
+        a.turn |= turn(pod);
         a.priority = a.priority.max(priority(pod));
         a.admitted_at = a.admitted_at.max(admitted_at(pod).unwrap_or(0));
         a.arrival = a.arrival.min(arrival(pod));
@@ -714,6 +723,15 @@ mod tests {
         );
         assert_eq!(i.admitted[0].ends_by, Some(now + 60 * s));
         assert!(i.admitted[0].backfill);
+        assert!(!i.admitted[0].turn);
+        // Admitted as its tenant's turn past its fair share: so marked, and so read back.
+        let mut turn = gpu_pod("p0", false, None, Some("1970-01-01T00:15:00Z"));
+        turn.metadata.annotations.get_or_insert_default().insert(
+            fabrik_api::ANNOTATION_QUEUE_ADMITTED.to_string(),
+            "5 borrowed turn".to_string(),
+        );
+        let i = on(tenants(), &[turn], &[], now);
+        assert!(i.admitted[0].turn && !i.admitted[0].backfill);
         let i = on(
             tenants(),
             &[gpu_pod("p0", false, Some(60), Some("1970-01-01T00:15:00Z"))],

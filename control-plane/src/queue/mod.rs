@@ -999,10 +999,11 @@ async fn apply(
         let ns = pod_ns_name(&a.key).0;
         for (name, node) in &a.placements {
             let Some(pod) = find(ns, name) else { continue };
-            let how = match (a.backfill, a.borrowed) {
-                (true, _) => "backfill",
-                (false, true) => "borrowed",
-                (false, false) => "guaranteed",
+            let how = match (a.backfill, a.borrowed, a.turn) {
+                (true, _, _) => "backfill",
+                (false, true, true) => "borrowed turn",
+                (false, true, false) => "borrowed",
+                (false, false, _) => "guaranteed",
             };
             let patch = json!({
                 "metadata": {

@@ -369,6 +369,11 @@ struct Stats {
     max_dev_sum: f64,
     /// Steady steps where every tenant is within 5 points of its fair share.
     within5_steps: u64,
+    /// Over steady steps: GPUs owed to guarantees (waiting jobs each within what is left of
+    /// their tenant's guarantee, in arrival order), as fractions of capacity; and the steps
+    /// where some tenant was owed any.
+    owed_sum: f64,
+    short_steps: u64,
     /// Per tenant, over steady steps: sums of held and fair share (fractions of capacity)
     /// and of |held − fair|.
     tenant_held: [f64; 4],
@@ -410,6 +415,8 @@ struct Sim<'a> {
     held: Vec<Vec<HeldPod>>,
     /// Per job: whether the queue admitted it (last) as backfill.
     backfill: Vec<bool>,
+    /// Whether each job was admitted as its tenant's turn past its fair share.
+    turn: Vec<bool>,
     /// Per job: when it (last) started and ends, while running.
     running_since: Vec<Option<(u64, u64)>>,
     first_start: Vec<Option<u64>>,
@@ -451,6 +458,7 @@ impl<'a> Sim<'a> {
                 .collect(),
             held: vec![Vec::new(); jobs.len()],
             backfill: vec![false; jobs.len()],
+            turn: vec![false; jobs.len()],
             running_since: vec![None; jobs.len()],
             first_start: vec![None; jobs.len()],
             waiting: BTreeSet::new(),
@@ -549,6 +557,7 @@ impl<'a> Sim<'a> {
                 arrival: jobs[j].arrival_ns(j),
                 leaving: false,
                 backfill: self.backfill[j],
+                turn: self.turn[j],
                 ends_by: self.running_since[j]
                     .filter(|_| deadlines)
                     .map(|(s, _)| i128::from(s + jobs[j].deadline) * NS),
@@ -613,6 +622,7 @@ impl<'a> Sim<'a> {
                 .get(a.key.as_str())
                 .expect("the queue admits only workloads it was given");
             self.backfill[j] = a.backfill;
+            self.turn[j] = a.turn;
             for (pod, node) in &a.placements {
                 let k = jobs[j]
                     .pods
@@ -770,6 +780,28 @@ impl<'a> Sim<'a> {
         if worst <= 5.0 {
             s.within5_steps += 1;
         }
+        // What guarantees owe: per tenant, its waiting jobs (oldest first) that fit in what is
+        // left of its guarantee.
+        let mut owed = 0;
+        for (ti, t) in self.tenants.iter().enumerate() {
+            let mut room = t.guaranteed(GPU) - self.held_by[ti];
+            for &j in &self.waiting {
+                let job = &self.jobs[j];
+                if job.tenant != ti {
+                    continue;
+                }
+                let need: i64 = job.gpus[self.held[j].len()..].iter().sum();
+                if need <= room {
+                    room -= need;
+                    owed += need;
+                }
+            }
+        }
+        let s = &mut self.stats;
+        s.owed_sum += owed as f64 / cap;
+        if owed > 0 {
+            s.short_steps += 1;
+        }
     }
 }
 
@@ -865,9 +897,10 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
          fairness: max dev, mean | over time: worst tenant's mean share − mean fair share | \
          steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
          for reservations) | \
-         jobs done / never started | work done (GPU-s) | decide() calls/s (mean, max ms) |"
+         jobs done / never started | work done (GPU-s) | decide() calls/s (mean, max ms) | \
+         guarantees: GPUs owed (mean), steady time short |"
     );
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     for f in factories {
         for (policy, s, _) in &f.runs {
             let b = s.backlog_steps.max(1) as f64;
@@ -895,7 +928,7 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
                 .unwrap_or((0, 0.0));
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} pts | {:+.1} pts ({}) | {:.0} % | {} | {} / {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {:.1} pts | {:+.1} pts ({}) | {:.0} % | {} | {} / {} | {} | {} | {:.2} %, {:.0} % |",
                 f.name,
                 policy.label(),
                 pct(s.alloc_sum / b),
@@ -916,7 +949,9 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 s.done,
                 never,
                 s.done_gpu_s,
-                decisions
+                decisions,
+                s.owed_sum * 100.0 / steady,
+                s.short_steps as f64 * 100.0 / steady
             );
         }
     }
