@@ -963,7 +963,7 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
             &run.blocked,
             &run.nodes,
             &reservations,
-            policy.reclaim_grace,
+            (policy.reclaim_grace, policy.starvation_after),
         );
         decision.preempt = preempt;
         spoken_for.extend(nodes);
@@ -1577,7 +1577,7 @@ fn reclaim(
     blocked: &BTreeMap<String, Vec<(Refusal, &Waiting)>>,
     nodes: &[NodeView],
     reservations: &[Reservation],
-    grace: i128,
+    (grace, guarantee_after): (i128, i128),
 ) -> (Vec<Preemption>, BTreeSet<String>) {
     let input = books.input;
     let mut out: Vec<Preemption> = Vec::new();
@@ -1639,10 +1639,12 @@ fn reclaim(
             // All of it within its tenant's guarantee: a borrower's whole workload may go for
             // it even where that takes the borrower below its fair share (a guarantee holds
             // under contention; borrowing is on that understanding).
-            let owed = books.tenant(tenant).is_some_and(|t| {
-                gpus.iter()
-                    .all(|(r, n)| books.held(tenant, r) + get(&gaining, r) + n <= t.guaranteed(r))
-            });
+            let owed = input.now - w.arrival >= guarantee_after
+                && books.tenant(tenant).is_some_and(|t| {
+                    gpus.iter().all(|(r, n)| {
+                        books.held(tenant, r) + get(&gaining, r) + n <= t.guaranteed(r)
+                    })
+                });
             for (r, n) in &gpus {
                 *gaining.entry(r.clone()).or_insert(0) += n;
             }
@@ -2174,8 +2176,9 @@ mod tests {
     fn a_guarantee_takes_back_a_borrower_s_whole_workload_but_not_its_turn() {
         // One node of 8. b (4 guaranteed, may borrow 4) runs one workload of 8, borrowed while
         // a (4 guaranteed) had nothing to run; now a waits for 1. Taking b's workload puts b
-        // below its fair share (4) — but a's guarantee holds: it goes back, whole.
-        let setup = |turn: bool| {
+        // below its fair share (4) — but a's guarantee holds: once a has waited the starvation
+        // bound, it goes back, whole.
+        let setup = |turn: bool, at: i128| {
             let mut nodes = vec![node("n1", 8)];
             let mut big = hold(&mut nodes, "b", "big", 8, 0);
             big.turn = turn;
@@ -2185,9 +2188,14 @@ mod tests {
                 vec![waiting("a", "one", 1, 10)],
             );
             i.admitted = vec![big];
+            i.now = at;
             decide(&i, &Policy::default())
         };
-        let d = setup(false);
+        // Not before a has waited the starvation bound (runs may end meanwhile).
+        let bound = Policy::default().starvation_after;
+        let d = setup(false, 10 + bound - 1);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        let d = setup(false, 10 + bound);
         let taken: Vec<&str> = d.preempt.iter().map(|p| p.key.as_str()).collect();
         assert_eq!(taken, vec!["fabrik-b/big"]);
         assert!(
@@ -2200,7 +2208,7 @@ mod tests {
         );
         // Admitted as b's turn past its share while others waited (a workload larger than the
         // rest of its share, which would otherwise never run): not taken back; a waits.
-        let d = setup(true);
+        let d = setup(true, 10 + 10 * bound);
         assert!(d.preempt.is_empty(), "{:?}", d.preempt);
         assert!(d.admit.is_empty(), "{:?}", d.admit);
     }
