@@ -902,6 +902,65 @@ fn borrowed_mig_runs_go_for_a_guarantee_of_whole_gpus() {
     });
 }
 
+/// A borrower's Job (one gang of 8 on an 8-GPU node, 4 of them borrowed) goes back whole when
+/// the owner of the borrowed 4 asks for them, though its tenant is then below its own fair
+/// share; its pods are told why, and a Job that ignores disruptions counts no failure.
+#[test]
+fn a_guarantee_takes_back_a_borrowed_gang_whole() {
+    let f = Fabrik::start_with(&["--nodes", "1", "--queue-starvation-seconds", "2"])
+        .expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    f.check(|| {
+        let owner = f.create_tenant("owner", &["--gpus", "4"])?;
+        let borrower = f.create_tenant("borrower", &["--gpus", "4", "--borrow-gpus", "4"])?;
+        let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: train}\nspec:\n  \
+                   parallelism: 8\n  completions: 8\n  backoffLimit: 0\n  podFailurePolicy:\n    \
+                   rules: [{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}]\n  \
+                   template:\n    metadata: {labels: {app: stream}, annotations: \
+                   {sim.fabrik.dev/run-seconds: \"600\"}}\n    spec:\n      restartPolicy: Never\n      \
+                   containers: [{name: main, image: trainer, resources: {limits: \
+                   {nvidia.com/gpu: \"1\"}}}]\n";
+        kc_apply_ok(&k, &borrower, job)?;
+        let mut seen = (0, 0, 0);
+        poll_until("the borrower's 8 pods running", WAIT, || {
+            seen = pods_of(&k, &borrower, "stream")?;
+            Ok(seen.0 == 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        for i in 0..4 {
+            kc_apply_ok(&k, &owner, &gpu_pod(&format!("mine-{i}"), 1, 600))?;
+        }
+        poll_until("the owner's 4 pods running", WAIT, || {
+            seen = pods_of(&k, &owner, "stream")?;
+            Ok(seen.0 == 4)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {seen:?}"))?;
+        let mut said = Vec::new();
+        poll_until("an Event for each of the borrower's 8 pods", WAIT, || {
+            said = preemption_events(&k, &borrower)?;
+            Ok(said.len() >= 8)
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {said:?}"))?;
+        if said.len() != 8
+            || !said.iter().all(|l| {
+                l.contains("tenant borrower borrowed these GPUs beyond its guarantee")
+                    && l.contains("tenant owner, below its own guarantee")
+            })
+        {
+            bail!("preemption events in the borrower: {said:?}");
+        }
+        let failed = kc_ok(
+            &k,
+            &borrower,
+            &["get", "job", "train", "-o", "jsonpath={.status.failed}"],
+        )?;
+        if !matches!(failed.trim(), "" | "0") {
+            bail!("the Job counted {failed} failures for its preempted pods");
+        }
+        Ok(())
+    });
+}
+
 /// A pod larger than any node, and a gang (a Kueue pod group) larger than the host, are told
 /// they cannot run here (no estimated wait); what the host can run goes on beside them.
 #[test]
