@@ -4,7 +4,7 @@
 //! the rate GPUs freed up lately (the devices of admitted workloads that ended, over the last
 //! [`WINDOW`]). Each said as such; none when nothing of a kind was freed lately.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use fabrik_gpu::queue::{Gpus, Input};
@@ -17,6 +17,9 @@ pub struct Freed {
     started: Instant,
     /// Held devices of each admitted workload at the last decision.
     held: BTreeMap<String, Gpus>,
+    /// The admitted workloads that were leaving at the last decision (preempted or deleted):
+    /// their going is no turnover a waiting pod can count on.
+    leaving: BTreeSet<String>,
     /// When workloads ended, and what they held.
     ended: VecDeque<(Instant, Gpus)>,
     /// The admitted workloads that declare their ends at the last decision: when (nanoseconds
@@ -38,6 +41,7 @@ impl Freed {
         Freed {
             started,
             held: BTreeMap::new(),
+            leaving: BTreeSet::new(),
             ended: VecDeque::new(),
             ends: Vec::new(),
             decided: 0,
@@ -45,7 +49,9 @@ impl Freed {
     }
 
     /// Notes the admitted workloads of a decision made at `now`: those gone since the last one
-    /// freed what they held.
+    /// freed what they held — but for those that were leaving then (preempted, or deleted):
+    /// what a preemption frees is spoken for, and a burst of them would make every wait look
+    /// short.
     pub fn observe(&mut self, input: &Input, now: Instant) {
         let held: BTreeMap<String, Gpus> = input
             .admitted
@@ -53,10 +59,16 @@ impl Freed {
             .map(|a| (a.key.clone(), a.gpus()))
             .collect();
         for (key, gpus) in &self.held {
-            if !held.contains_key(key) && !gpus.is_empty() {
+            if !held.contains_key(key) && !gpus.is_empty() && !self.leaving.contains(key) {
                 self.ended.push_back((now, gpus.clone()));
             }
         }
+        self.leaving = input
+            .admitted
+            .iter()
+            .filter(|a| a.leaving)
+            .map(|a| a.key.clone())
+            .collect();
         self.ends = input
             .admitted
             .iter()
@@ -193,6 +205,27 @@ mod tests {
         freed.observe(&input, t0 + WINDOW + Duration::from_secs(60));
         let said = freed.describe(&ahead, t0 + WINDOW + Duration::from_secs(60));
         assert!(said.starts_with("no estimated wait"), "{said}");
+    }
+
+    #[test]
+    fn what_preemptions_free_is_no_turnover() {
+        let t0 = Instant::now();
+        let mut freed = Freed::since(t0);
+        let mut input = Input {
+            admitted: vec![admitted("gang", 8), admitted("run", 2)],
+            ..Default::default()
+        };
+        freed.observe(&input, t0);
+        // The gang is preempted (leaving), then gone; the run ends on its own.
+        input.admitted[0].leaving = true;
+        freed.observe(&input, t0 + Duration::from_secs(10));
+        input.admitted.clear();
+        freed.observe(&input, t0 + Duration::from_secs(20));
+        // Only the run's 2 GPUs count: 2 in 2 minutes, 4 more take about 4 minutes (with the
+        // gang's 8, it would have said under a minute).
+        let need: Gpus = [("nvidia.com/gpu".to_string(), 4)].into();
+        let said = freed.describe(&need, t0 + Duration::from_secs(120));
+        assert!(said.starts_with("estimated wait about 4 min"), "{said}");
     }
 
     #[test]
