@@ -397,12 +397,7 @@ fn ceilings(nodes: &[NodeView]) -> BTreeMap<String, Ceiling> {
             .map(|d| d.gpu)
             .collect::<BTreeSet<i64>>()
             .len() as i64;
-        let said = n
-            .labels
-            .get(fabrik_api::LABEL_GPU_COUNT)
-            .and_then(|c| c.parse::<i64>().ok())
-            .filter(|c| (1..=1024).contains(c))
-            .unwrap_or(0);
+        let said = layouts::labelled_gpu_count(&n.labels).map_or(0, i64::from);
         per_node.push(named.max(said));
     }
     let total: i64 = per_node.iter().sum();

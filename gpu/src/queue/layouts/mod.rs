@@ -59,8 +59,15 @@ pub const SOON: i128 = 60 * 1_000_000_000;
 /// plans again (so that one demand is not served twice), in nanoseconds.
 const SETTLE: i128 = 2 * 1_000_000_000;
 
-/// The most GPUs a node's `fabrik.dev/gpu-count` label may say for the queue to lay it out.
+/// The most GPUs a node's `fabrik.dev/gpu-count` label may say for the queue to trust it.
 const MAX_GPUS_PER_NODE: u32 = 256;
+
+/// How many GPUs a node's agent says it has (its `fabrik.dev/gpu-count` label), where that is a
+/// count a node agent writes: a label saying none or hundreds is not trusted.
+pub fn labelled_gpu_count(labels: &BTreeMap<String, String>) -> Option<u32> {
+    let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
+    (1..=MAX_GPUS_PER_NODE).contains(&count).then_some(count)
+}
 
 /// Units of each GPU resource.
 type Units = BTreeMap<String, i64>;
@@ -101,11 +108,7 @@ impl NodeGpus {
 pub fn node_gpus(node: &Node, view: &NodeView) -> Option<NodeGpus> {
     let labels = node.metadata.labels.as_ref()?;
     let model = crate::profiles::model(labels.get(fabrik_api::LABEL_GPU_MODEL)?).ok()?;
-    let count: u32 = labels.get(fabrik_api::LABEL_GPU_COUNT)?.parse().ok()?;
-    // A label no node agent writes (no node has hundreds of GPUs) is not trusted.
-    if count == 0 || count > MAX_GPUS_PER_NODE {
-        return None;
-    }
+    let count = labelled_gpu_count(labels)?;
     // Devices counted from `allocatable` (no slice) carry no UUID and no real GPU index.
     let seen = view.devices.iter().all(|d| !d.uuid.is_empty());
     let text = node
