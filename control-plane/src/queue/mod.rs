@@ -818,6 +818,9 @@ async fn pass(
     tell_layouts(&input, &nodes, &state.layouts_failed, &mut decision);
     release_all(host, &pods, &release, state).await;
     state.freed.observe(&input, std::time::Instant::now());
+    state
+        .freed
+        .preempting(decision.preempt.iter().map(|p| p.key.as_str()));
     apply(host, settings, figures, &pods, &tenants, &decision, state).await;
     // Kinds of GPU too little of is free: idle GPUs nobody waits for are laid out for them
     // (or, past the starvation bound, busy ones drain for a pod no node could hold). What

@@ -17,9 +17,9 @@ pub struct Freed {
     started: Instant,
     /// Held devices of each admitted workload at the last decision.
     held: BTreeMap<String, Gpus>,
-    /// The admitted workloads that were leaving at the last decision (preempted or deleted):
-    /// their going is no turnover a waiting pod can count on.
-    leaving: BTreeSet<String>,
+    /// The admitted workloads the queue preempted, until they are gone: what they free is
+    /// spoken for, no turnover a waiting pod can count on.
+    preempted: BTreeSet<String>,
     /// When workloads ended, and what they held.
     ended: VecDeque<(Instant, Gpus)>,
     /// The admitted workloads that declare their ends at the last decision: when (nanoseconds
@@ -41,7 +41,7 @@ impl Freed {
         Freed {
             started,
             held: BTreeMap::new(),
-            leaving: BTreeSet::new(),
+            preempted: BTreeSet::new(),
             ended: VecDeque::new(),
             ends: Vec::new(),
             decided: 0,
@@ -49,9 +49,8 @@ impl Freed {
     }
 
     /// Notes the admitted workloads of a decision made at `now`: those gone since the last one
-    /// freed what they held — but for those that were leaving then (preempted, or deleted):
-    /// what a preemption frees is spoken for, and a burst of them would make every wait look
-    /// short.
+    /// freed what they held — but for those the queue preempted ([`Freed::preempting`]): what a
+    /// preemption frees is spoken for, and a burst of them would make every wait look short.
     pub fn observe(&mut self, input: &Input, now: Instant) {
         let held: BTreeMap<String, Gpus> = input
             .admitted
@@ -59,16 +58,11 @@ impl Freed {
             .map(|a| (a.key.clone(), a.gpus()))
             .collect();
         for (key, gpus) in &self.held {
-            if !held.contains_key(key) && !gpus.is_empty() && !self.leaving.contains(key) {
+            if !held.contains_key(key) && !gpus.is_empty() && !self.preempted.contains(key) {
                 self.ended.push_back((now, gpus.clone()));
             }
         }
-        self.leaving = input
-            .admitted
-            .iter()
-            .filter(|a| a.leaving)
-            .map(|a| a.key.clone())
-            .collect();
+        self.preempted.retain(|key| held.contains_key(key));
         self.ends = input
             .admitted
             .iter()
@@ -83,6 +77,11 @@ impl Freed {
         {
             self.ended.pop_front();
         }
+    }
+
+    /// Notes the workloads a decision preempts.
+    pub fn preempting<'k>(&mut self, keys: impl IntoIterator<Item = &'k str>) {
+        self.preempted.extend(keys.into_iter().map(str::to_string));
     }
 
     /// Devices of `resource` freed per second lately.
@@ -216,7 +215,8 @@ mod tests {
             ..Default::default()
         };
         freed.observe(&input, t0);
-        // The gang is preempted (leaving), then gone; the run ends on its own.
+        // The gang is preempted, then gone; the run ends on its own.
+        freed.preempting(["gang"]);
         input.admitted[0].leaving = true;
         freed.observe(&input, t0 + Duration::from_secs(10));
         input.admitted.clear();
