@@ -743,7 +743,7 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
-        "4h GPU queue: a borrower fills the idle GPUs; the owner's demand returns and reclaim evicts through the real API",
+        "4h GPU queue: a borrower fills the idle GPUs; the owner's demand returns and reclaim evicts through the real API; what can never run is told so",
         || queue_reclaim(&k, &admin, &tkc, w),
     )?;
 
@@ -1216,7 +1216,8 @@ spec:
 /// holding 1) asks for its second; while a disruption budget (its status kept by the real
 /// disruption controller) protects team-b's pods the queue takes none; once it is gone the
 /// queue preempts one of team-b's borrowed pods (evicted through the Eviction API), tells
-/// team-b why, and team-a's pod runs where it freed.
+/// team-b why, and team-a's pod runs where it freed. Then a pod of team-b's larger than any
+/// node is told it cannot run here.
 fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result<()> {
     const B_NS: &str = "fabrik-team-b";
     let work = w.work.clone();
@@ -1398,6 +1399,46 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
             Ok((lead("team-b") > 0.0 && lead(TENANT) < 0.0, text))
         },
     )?;
+    // What the host can never run is told so, with no estimated wait: a pod of 9 GPUs where
+    // every node has 8 (the queue's ceiling read from the nodes' allocatable: no ResourceSlice
+    // names the GPUs on this host).
+    kc_ok(k, &bkc, &["delete", "deployment", "fill", "--wait=false"])?;
+    let nine = work.join("nine.yaml");
+    std::fs::write(
+        &nine,
+        GPU_POD
+            .replace("name: train,", "name: nine,")
+            .replace("nvidia.com/gpu: \"1\"", "nvidia.com/gpu: \"9\""),
+    )?;
+    // (Once the Deployment's pods have left team-b's quota.)
+    poll("team-b's pod of 9 GPUs created", 120, || {
+        let out = e2e::kc(k, &bkc, &["apply", "-f", &nine.display().to_string()])?;
+        Ok((
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        ))
+    })?;
+    let mut said = String::new();
+    poll("team-b's pod of 9 GPUs told it cannot run here", 60, || {
+        let p = get_json(k, &bkc, &["get", "pod", "nine"])?;
+        said = p["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] == "PodScheduled")
+            .filter_map(|c| c["message"].as_str())
+            .collect();
+        Ok((
+            said.contains(
+                "it asks for 9 nvidia.com/gpu, more than any node's GPUs could ever offer (8): \
+                 it cannot run unless a larger node joins",
+            ),
+            p["status"].to_string(),
+        ))
+    })?;
+    if said.contains("estimated wait") {
+        bail!("an estimated wait for a pod that cannot run: {said}");
+    }
     kc_ok(k, tkc, &["delete", "pod", "train-2", "--wait=false"])?;
     kc_ok(k, admin, &["delete", "tenant", "team-b", "--wait=false"])?;
     Ok(())
