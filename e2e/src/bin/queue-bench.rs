@@ -379,6 +379,11 @@ struct Stats {
     tenant_held: [f64; 4],
     tenant_fair: [f64; 4],
     tenant_dev: [f64; 4],
+    /// Per tenant, over the steady steps in which one workload holds every GPU: the sum of
+    /// held − fair share (fractions of capacity). While that workload runs no placement keeps
+    /// the others at their fair shares (each holds nothing); a tenant whose demand stays
+    /// within its share never holds more than its share, so cannot make it up later.
+    tenant_whole: [f64; 4],
     /// Allocated fraction summed per time bucket, and the steps in each.
     buckets: Windows,
     /// Workloads preempted, and the GPU-seconds of work they lost; and of those, the backfill
@@ -764,6 +769,13 @@ impl<'a> Sim<'a> {
                 fair_shares(&self.tenants, self.capacity, &demand)
             }
         };
+        let whole = self.held.iter().any(|pods| {
+            let gpus: i64 = pods
+                .iter()
+                .map(|p| p.request.requests.get(GPU).copied().unwrap_or(0))
+                .sum();
+            gpus == self.capacity
+        });
         let s = &mut self.stats;
         s.steady_steps += 1;
         let mut worst: f64 = 0.0;
@@ -775,6 +787,9 @@ impl<'a> Sim<'a> {
             s.tenant_held[i] += held;
             s.tenant_fair[i] += f;
             s.tenant_dev[i] += dev;
+            if whole {
+                s.tenant_whole[i] += held - f;
+            }
         }
         s.max_dev_sum += worst;
         if worst <= 5.0 {
@@ -894,7 +909,7 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
     println!();
     println!(
         "| factory | policy | allocated under backlog | time ≥ 95 % | useful (running) | \
-         fairness: max dev, mean | over time: worst tenant's mean share − mean fair share | \
+         fairness: max dev, mean | over time: worst tenant's mean share − mean fair share (of it, while one workload held every GPU) | \
          steady time all ≤ 5 pts | preemptions (GPU-s lost; of them \
          for reservations) | \
          jobs done / never started | work done (GPU-s) | decide() calls/s (mean, max ms) | \
@@ -927,8 +942,15 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 .map(|i| (i, (s.tenant_held[i] - s.tenant_fair[i]) * 100.0 / steady))
                 .max_by(|a, b| a.1.abs().total_cmp(&b.1.abs()))
                 .unwrap_or((0, 0.0));
+            // And how much of it fell while one workload held every GPU.
+            let whole = s.tenant_whole[who] * 100.0 / steady;
+            let whole = if whole.abs() >= 0.05 {
+                format!("; {whole:+.1} of it while one workload held every GPU")
+            } else {
+                String::new()
+            };
             println!(
-                "| {} | {} | {} | {} | {} | {:.1} pts | {:+.1} pts ({}) | {:.0} % | {} | {} / {} | {} | {} | {:.2} %, {:.0} % |",
+                "| {} | {} | {} | {} | {} | {:.1} pts | {:+.1} pts ({}{}) | {:.0} % | {} | {} / {} | {} | {} | {:.2} %, {:.0} % |",
                 f.name,
                 policy.label(),
                 pct(s.alloc_sum / b),
@@ -937,6 +959,7 @@ fn report(args: &Args, seconds: u64, every: u64, factories: &[Factory]) {
                 s.max_dev_sum / steady,
                 off,
                 TENANTS[who],
+                whole,
                 s.within5_steps as f64 * 100.0 / steady,
                 if matches!(policy, Placer::Queue { .. }) {
                     format!(
