@@ -103,9 +103,83 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
     hash
 }
 
+/// `text` — a message from the host about tenant `tenant`'s objects — with the readable host
+/// names of that tenant's objects (`<name>-x-<ns>-x-<tenant>`, with or without
+/// `fabrik-<tenant>/` in front) written as the tenant knows them: `<ns>/<name>`. A word is
+/// rewritten only where it reads back to exactly that host name (the translation is
+/// injective), so other tenants' names, hashed names and anything else are left as they are.
+pub fn tenant_words(text: &str, tenant: &str) -> String {
+    let suffix = format!("-x-{tenant}");
+    let in_namespace = format!("{}/", host_namespace(tenant));
+    let name_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    let read_back = |word: &str| -> Option<(String, String)> {
+        let rest = word.strip_suffix(&suffix)?;
+        let (name, namespace) = rest.rsplit_once("-x-")?;
+        (host_name(name, namespace, tenant) == word).then(|| (namespace.into(), name.into()))
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find(name_char) {
+        let (before, from) = rest.split_at(start);
+        let end = from.find(|c| !name_char(c)).unwrap_or(from.len());
+        let (word, after) = from.split_at(end);
+        out.push_str(before);
+        // (A sentence's full stop is not part of a name.)
+        let trimmed = word.trim_end_matches('.');
+        match read_back(trimmed) {
+            Some((namespace, name)) => {
+                if out.ends_with(&in_namespace)
+                    && !out[..out.len() - in_namespace.len()].ends_with(name_char)
+                {
+                    out.truncate(out.len() - in_namespace.len());
+                }
+                out.push_str(&namespace);
+                out.push('/');
+                out.push_str(&name);
+                out.push_str(&word[trimmed.len()..]);
+            }
+            None => out.push_str(word),
+        }
+        rest = after;
+    }
+    out.push_str(rest);
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_names_in_a_message_read_as_the_tenant_knows_them() {
+        let claim = host_name("huge", "default", "team-a");
+        let pod = host_name("web", "prod", "team-a");
+        let odd = host_name("a-x-b", "prod", "team-a");
+        let theirs = host_name("web", "prod", "team-b");
+        let hashed = host_name(&"n".repeat(60), "prod", "team-a");
+        assert_eq!(
+            tenant_words(
+                &format!("cannot allocate resource claim {claim}."),
+                "team-a"
+            ),
+            "cannot allocate resource claim default/huge."
+        );
+        assert_eq!(
+            tenant_words(&format!("pod fabrik-team-a/{pod} and {odd}: x"), "team-a"),
+            "pod prod/web and prod/a-x-b: x"
+        );
+        // Another tenant's, a hashed one, a word that only looks like one, non-ASCII: as is.
+        for text in [
+            format!("{theirs} waits"),
+            format!("{hashed} waits"),
+            "web-x-team-a waits".to_string(),
+            "préemption de web-x-x-team-a — ok".to_string(),
+        ] {
+            assert_eq!(tenant_words(&text, "team-a"), text);
+        }
+        assert_eq!(tenant_words("", "team-a"), "");
+    }
+
     use std::collections::HashMap;
 
     #[test]

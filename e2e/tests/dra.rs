@@ -202,7 +202,8 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
                 "jsonpath={.status.phase}/{.status.conditions[?(@.type==\"PodScheduled\")].message}",
             ],
         )?;
-        Ok(why.starts_with("Pending/") && why.contains("cannot allocate resource claim"))
+        Ok(why.starts_with("Pending/")
+            && why.contains("cannot allocate resource claim default/huge"))
     })?;
     poll("the FailedScheduling Event in the tenant", || {
         let events = kc_ok(
@@ -215,7 +216,8 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
                 "reason=FailedScheduling",
             ],
         )?;
-        Ok(events.contains("pod/waiter") && events.contains("cannot allocate resource claim"))
+        Ok(events.contains("pod/waiter")
+            && events.contains("cannot allocate resource claim default/huge"))
     })?;
     Ok(())
 }

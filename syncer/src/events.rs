@@ -35,6 +35,10 @@ pub fn tenant_event(host_event: &Value, origin: &naming::Origin, api_version: &s
             out[f] = host_event[f].clone();
         }
     }
+    // Its message names the tenant's objects as the tenant knows them.
+    if let Some(m) = out.as_object_mut() {
+        naming::tenant_messages(m, &origin.tenant);
+    }
     if !io["fieldPath"].is_null() {
         out["involvedObject"]["fieldPath"] = io["fieldPath"].clone();
     }
@@ -69,5 +73,12 @@ mod tests {
         assert_eq!(t["count"], 2);
         assert_eq!(t["source"], json!({"component": "kubelet"}));
         assert_eq!(tenant_event(&ev, &origin, "v1")["metadata"], t["metadata"]);
+        // Its message names the tenant's objects as the tenant knows them.
+        let mut ev = ev;
+        ev["message"] = json!("Unable to attach or mount volumes: unmounted volumes=[data], PVC data-x-prod-x-a not bound");
+        assert_eq!(
+            tenant_event(&ev, &origin, "v1")["message"],
+            "Unable to attach or mount volumes: unmounted volumes=[data], PVC prod/data not bound"
+        );
     }
 }

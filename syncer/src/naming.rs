@@ -14,8 +14,27 @@ use fabrik_api::{
 use serde_json::{json, Map, Value};
 
 pub use fabrik_api::naming::{
-    fnv1a, host_name, host_namespace, legacy_host_name, tenant_of_namespace, MAX_NAME,
+    fnv1a, host_name, host_namespace, legacy_host_name, tenant_of_namespace, tenant_words, MAX_NAME,
 };
+
+/// Every `message` in `m` (at any depth: a status, its conditions, its container states)
+/// with the host names of tenant `tenant`'s objects written as the tenant knows them
+/// ([`tenant_words`]).
+pub fn tenant_messages(m: &mut Map<String, Value>, tenant: &str) {
+    fn walk(v: &mut Value, tenant: &str) {
+        match v {
+            Value::Object(m) => tenant_messages(m, tenant),
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, tenant)),
+            _ => {}
+        }
+    }
+    for (k, v) in m.iter_mut() {
+        match v {
+            Value::String(text) if k == "message" => *text = tenant_words(text, tenant),
+            _ => walk(v, tenant),
+        }
+    }
+}
 
 /// The suffix of a host pod's token Secret name.
 pub const TOKEN_SECRET_SUFFIX: &str = "-token";

@@ -862,11 +862,15 @@ pub const STATUS_FIELDS: &[&str] = &[
     "ephemeralContainerStatuses",
 ];
 
-/// The tenant pod status for a host pod's status (only [`STATUS_FIELDS`]).
+/// The tenant pod status for a host pod's status (only [`STATUS_FIELDS`]); its messages name
+/// the tenant's objects as the tenant knows them, not by their host names.
 pub fn tenant_status(host: &Value) -> Map<String, Value> {
     let mut out = Map::new();
     for f in STATUS_FIELDS {
         copy(&host["status"], &mut out, f);
+    }
+    if let Some(o) = naming::origin(host) {
+        naming::tenant_messages(&mut out, &o.tenant);
     }
     out
 }
@@ -1657,6 +1661,29 @@ mod tests {
         let s = tenant_status(&host);
         assert_eq!(s.len(), 2);
         assert_eq!(s["phase"], "Running");
+    }
+
+    #[test]
+    fn status_messages_name_the_tenant_s_objects_as_it_knows_them() {
+        let host = json!({"metadata": {"labels": {fabrik_api::LABEL_TENANT: "a"},
+            "annotations": {fabrik_api::ANNOTATION_VIRTUAL_NAMESPACE: "prod",
+                fabrik_api::ANNOTATION_VIRTUAL_NAME: "web"}},
+            "status": {"phase": "Pending", "message": "waiting for fabrik-a/db-x-prod-x-a",
+            "conditions": [{"type": "PodScheduled", "status": "False",
+                "message": "cannot allocate resource claim gpu-x-prod-x-a; other-x-prod-x-b"}],
+            "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CreateContainerConfigError",
+                "message": "secret \"creds-x-prod-x-a\" not found"}}}]}});
+        let s = Value::Object(tenant_status(&host));
+        assert_eq!(s["message"], "waiting for prod/db");
+        assert_eq!(
+            s["conditions"][0]["message"],
+            "cannot allocate resource claim prod/gpu; other-x-prod-x-b"
+        );
+        assert_eq!(
+            s["containerStatuses"][0]["state"]["waiting"]["message"],
+            "secret \"prod/creds\" not found"
+        );
+        assert_eq!(s["conditions"][0]["type"], "PodScheduled");
     }
 
     #[test]
