@@ -2,8 +2,8 @@
 //! node publishes the GPU-seconds it metered (`fabrik-gpu-usage-<node>` in `fabrik-system`),
 //! and the control plane reports pods, GPUs and GPU-seconds in `Tenant demo`'s
 //! `status.usage`. Once the pod is deleted the GPUs go back to 0; GPU-seconds never go down. A
-//! pod that runs to completion is metered from its containers' start to their stop, as the
-//! simulated kubelet records them, within 0.1 %.
+//! pod that runs to completion (as long as its command sleeps) is metered from its containers'
+//! start to their stop, as the simulated kubelet records them, within 0.1 %.
 
 use std::time::{Duration, Instant};
 
@@ -182,12 +182,14 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
     );
 
     // A pod that runs to completion is metered from its containers' start to their stop, as
-    // the simulated kubelet reports them (with nanoseconds on the host pod), within 0.1 %.
+    // the simulated kubelet reports them (with nanoseconds on the host pod), within 0.1 %. It
+    // runs as long as its command sleeps, as it would on a real node.
     let deadline = Instant::now() + DEADLINE;
     let batch: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "batch", "annotations": {"sim.fabrik.dev/run-seconds": "2.5"}},
+        "metadata": {"name": "batch"},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "cuda",
+            "command": ["sh", "-c", "sleep 2.5"],
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
     }))?;
     pods.create(&PostParams::default(), &batch).await?;
@@ -228,7 +230,7 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
         }
     })
     .await?;
-    assert!(truth >= 2.5, "ran {truth} s");
+    assert!((2.5..3.5).contains(&truth), "ran {truth} s for `sleep 2.5`");
     let metered = poll("the batch pod's GPU-seconds", deadline, || {
         let (cms, host_name) = (cms.clone(), host_name.clone());
         async move {

@@ -13,9 +13,10 @@
 //! * With a restart policy other than `Always` (a Job's pod, a Helm hook, a `helm test` pod),
 //!   the containers exit 0 [`DEFAULT_RUN_SECONDS`] after the start — or after
 //!   `sim.fabrik.dev/run-seconds` (`fabrik.dev/sim-run-seconds`, the host's older name), when
-//!   the pod says — : phase `Succeeded` (a terminal pod), as KWOK's default stages complete
-//!   such pods. Pods that restart `Always` run until they are deleted, unless the pod gives
-//!   them a run time.
+//!   the pod says, or as long as a container's command sleeps (`sleep 60`, `sh -c "sleep
+//!   60"`: no image runs here, but that one is plain) — : phase `Succeeded` (a terminal pod),
+//!   as KWOK's default stages complete such pods. Pods that restart `Always` run until they
+//!   are deleted, unless the pod gives them a run time (either way).
 //! * `sim.fabrik.dev/exit-code` is the code they exit with: non-zero with `restartPolicy:
 //!   Never` is phase `Failed` (reason `Error`); with `OnFailure` (non-zero) or `Always` (any)
 //!   the container is restarted as a kubelet does — `restartCount` up, the exit in
@@ -77,6 +78,85 @@ fn annotation_seconds(pod: &Pod, key: &str) -> Option<f64> {
         .and_then(|a| a.get(key))
         .and_then(|v| v.trim().parse::<f64>().ok())
         .filter(|s| s.is_finite() && *s >= 0.0)
+}
+
+/// How long a container's command sleeps.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Sleeps {
+    For(f64),
+    Forever,
+}
+
+/// How long the app containers run by what their commands say, where a command is `sleep`
+/// (`sleep 60`, `/bin/sleep 1.5m 30`, `sh -c "sleep 60"`, `exec sleep infinity`): the longest
+/// of those that say; `None` when none does (no image runs here, so any other command runs
+/// for the default run time, or until deleted).
+fn command_run(pod: &Pod) -> Option<Sleeps> {
+    let spec = pod.spec.as_ref()?;
+    let mut longest: Option<Sleeps> = None;
+    for c in &spec.containers {
+        // Without a command the arguments are the image's command (as for images with no
+        // entrypoint, e.g. busybox).
+        let argv: Vec<&str> = c
+            .command
+            .iter()
+            .flatten()
+            .chain(c.args.iter().flatten())
+            .map(String::as_str)
+            .collect();
+        let Some(this) = sleeps(&argv) else {
+            continue;
+        };
+        longest = Some(match (longest, this) {
+            (Some(Sleeps::Forever), _) | (_, Sleeps::Forever) => Sleeps::Forever,
+            (Some(Sleeps::For(a)), Sleeps::For(b)) => Sleeps::For(a.max(b)),
+            (None, this) => this,
+        });
+    }
+    longest
+}
+
+/// What `argv` sleeps, if it is `sleep <durations>` or a shell running just that.
+fn sleeps(argv: &[&str]) -> Option<Sleeps> {
+    let program = |p: &str| p.rsplit('/').next().unwrap_or(p).to_string();
+    let (first, rest) = argv.split_first()?;
+    let words: Vec<&str> = match program(first).as_str() {
+        "sleep" => argv.to_vec(),
+        "sh" | "bash" | "ash" | "dash" | "zsh" if rest.len() == 2 && rest[0] == "-c" => {
+            let mut words: Vec<&str> = rest[1].split_whitespace().collect();
+            if words.first() == Some(&"exec") {
+                words.remove(0);
+            }
+            words
+        }
+        _ => return None,
+    };
+    let (sleep, durations) = words.split_first()?;
+    if program(sleep) != "sleep" || durations.is_empty() {
+        return None;
+    }
+    // As GNU sleep: several durations add up; each a number with an optional unit.
+    let mut total = 0.0;
+    for d in durations {
+        if matches!(*d, "inf" | "infinity") {
+            return Some(Sleeps::Forever);
+        }
+        let (number, unit) = match d.char_indices().last() {
+            Some((i, u @ ('s' | 'm' | 'h' | 'd'))) => (&d[..i], u),
+            _ => (*d, 's'),
+        };
+        let n: f64 = number
+            .parse()
+            .ok()
+            .filter(|n: &f64| n.is_finite() && *n >= 0.0)?;
+        total += n * match unit {
+            'm' => 60.0,
+            'h' => 3600.0,
+            'd' => 86400.0,
+            _ => 1.0,
+        };
+    }
+    Some(Sleeps::For(total))
 }
 
 fn seconds(s: f64) -> SignedDuration {
@@ -141,9 +221,14 @@ pub fn step(pod: &Pod, started: bool, now: Timestamp) -> Step {
             _ => Step::Restart,
         };
     }
-    let run = annotation_seconds(pod, fabrik_api::sim::RUN_SECONDS)
-        .or_else(|| annotation_seconds(pod, fabrik_api::ANNOTATION_SIM_RUN_SECONDS))
-        .or((policy != "Always").then_some(DEFAULT_RUN_SECONDS));
+    let said = annotation_seconds(pod, fabrik_api::sim::RUN_SECONDS)
+        .or_else(|| annotation_seconds(pod, fabrik_api::ANNOTATION_SIM_RUN_SECONDS));
+    let run = match (said, command_run(pod)) {
+        (Some(run), _) => Some(run),
+        (None, Some(Sleeps::For(run))) => Some(run),
+        (None, Some(Sleeps::Forever)) => None,
+        (None, None) => (policy != "Always").then_some(DEFAULT_RUN_SECONDS),
+    };
     // The run started when this kubelet recorded it, to the nanosecond, on a first run;
     // else as the status says (whole seconds).
     let precise = (first["restartCount"].as_u64().unwrap_or(0) == 0)
@@ -787,6 +872,64 @@ mod tests {
             s.phase = Some("Succeeded".into());
         }
         assert_eq!(step(&p, true, at(9)), Step::Wait, "terminal pods stay");
+    }
+
+    #[test]
+    fn a_container_that_sleeps_runs_that_long() {
+        let mut p = pod();
+        let set = |p: &mut Pod, command: Option<Vec<&str>>, args: Option<Vec<&str>>| {
+            if let Some(c) = p.spec.as_mut().and_then(|s| s.containers.first_mut()) {
+                c.command = command.map(|v| v.into_iter().map(String::from).collect());
+                c.args = args.map(|v| v.into_iter().map(String::from).collect());
+            }
+        };
+        if let Some(s) = p.spec.as_mut() {
+            s.restart_policy = Some("Never".into());
+        }
+        p.status = Some(PodStatus {
+            phase: Some("Running".into()),
+            start_time: Some(Time(at(0))),
+            ..Default::default()
+        });
+        for (command, args, runs) in [
+            (Some(vec!["sleep", "60"]), None, Some(60)),
+            (Some(vec!["/bin/sleep"]), Some(vec!["1m", "30"]), Some(90)),
+            (None, Some(vec!["sleep", "1.5m"]), Some(90)),
+            (Some(vec!["sh", "-c", " exec sleep 2h "]), None, Some(7200)),
+            (Some(vec!["/bin/bash", "-c", "sleep 45"]), None, Some(45)),
+            (Some(vec!["sleep", "infinity"]), None, None),
+            // Anything else: the default run time (1 s).
+            (Some(vec!["sh", "-c", "sleep 60; echo done"]), None, Some(1)),
+            (Some(vec!["sleep", "-5"]), None, Some(1)),
+            (Some(vec!["sleep", "m"]), None, Some(1)),
+            (Some(vec!["python", "train.py"]), None, Some(1)),
+        ] {
+            set(&mut p, command.clone(), args.clone());
+            let what = format!("{command:?} {args:?}");
+            match runs {
+                Some(s) => {
+                    assert_eq!(step(&p, true, at(s - 1)), Step::Wait, "{what}");
+                    assert_eq!(step(&p, true, at(s)), Step::Exit(0), "{what}");
+                }
+                None => assert_eq!(step(&p, true, at(1_000_000)), Step::Wait, "{what}"),
+            }
+        }
+        // The annotation wins over the command; the longest of several containers counts.
+        set(&mut p, Some(vec!["sleep", "60"]), None);
+        p.metadata.annotations = Some(BTreeMap::from([(
+            fabrik_api::sim::RUN_SECONDS.to_string(),
+            "5".to_string(),
+        )]));
+        assert_eq!(step(&p, true, at(5)), Step::Exit(0));
+        p.metadata.annotations = None;
+        if let Some(s) = p.spec.as_mut() {
+            let mut other = s.containers[0].clone();
+            other.name = "side".into();
+            other.command = Some(vec!["sleep".into(), "120".into()]);
+            s.containers.push(other);
+        }
+        assert_eq!(step(&p, true, at(60)), Step::Wait);
+        assert_eq!(step(&p, true, at(120)), Step::Exit(0));
     }
 
     #[test]
