@@ -183,11 +183,12 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
 
     // A pod that runs to completion is metered from its containers' start to their stop, as
     // the simulated kubelet reports them (with nanoseconds on the host pod), within 0.1 %. It
-    // runs as long as its command sleeps, as it would on a real node.
+    // runs as long as its command sleeps, as it would on a real node; its utilized seconds are
+    // a quarter of them, as its annotation says its GPU is busy.
     let deadline = Instant::now() + DEADLINE;
     let batch: Pod = serde_json::from_value(serde_json::json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "batch"},
+        "metadata": {"name": "batch", "annotations": {"sim.fabrik.dev/gpu-utilization": "25"}},
         "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "cuda",
             "command": ["sh", "-c", "sleep 2.5"],
             "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
@@ -248,10 +249,15 @@ async fn gpu_pod_usage_reaches_tenant_status() -> Result<()> {
                 .series
                 .iter()
                 .find(|s| s.pod == host_name && s.partition == "whole")
-                .map(|s| s.seconds.allocated);
+                .map(|s| (s.seconds.allocated, s.seconds.utilized));
+            // As busy as the pod says its GPU is (as `kubectl top` would report it).
             match seconds {
-                Some(s) if (s - truth).abs() <= truth * 1e-3 => Ok(Some(s)),
-                other => Err(format!("{other:?} for {truth} s")),
+                Some((s, u))
+                    if (s - truth).abs() <= truth * 1e-3 && (u - s * 0.25).abs() <= 1e-3 =>
+                {
+                    Ok(Some(s))
+                }
+                other => Err(format!("{other:?} for {truth} s at 25 %")),
             }
         }
     })

@@ -206,6 +206,7 @@ impl Agent {
         let node_pods = pods::list(&self.client, &name).await?;
         let on_node = pods::refs(&node_pods, &name, &uuids);
         if let Some(meter) = &self.meter {
+            self.backend.observe_pods(&node_pods, &uuids);
             let utilization = self.backend.utilization();
             let model = gpus.first().map(|g| g.model.name).unwrap_or("");
             let mut usage = metering::node_usages(&node_pods, &uuids, &utilization, model);

@@ -88,6 +88,16 @@ pub trait GpuBackend: Send {
     fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
         std::collections::BTreeMap::new()
     }
+
+    /// The node's pods now (`uuids`: device UUID → GPU index), before
+    /// [`utilization`](Self::utilization) is read. Real GPUs measure how busy they are and
+    /// ignore it; a simulated GPU is as busy as the pods holding it say.
+    fn observe_pods(
+        &mut self,
+        _pods: &[k8s_openapi::api::core::v1::Pod],
+        _uuids: &std::collections::BTreeMap<String, u32>,
+    ) {
+    }
 }
 
 #[cfg(test)]

@@ -281,6 +281,9 @@ pub struct Simulated {
     state_path: Option<PathBuf>,
     mig_ops_left: Option<u32>,
     utilization: f64,
+    /// Per GPU index, how busy the pods holding it say it is
+    /// (`sim.fabrik.dev/gpu-utilization`), where one of them says.
+    busy: std::collections::BTreeMap<u32, f64>,
 }
 
 impl Simulated {
@@ -372,6 +375,7 @@ impl Simulated {
             state_path: None,
             mig_ops_left: spec.fail_mig_operations_after,
             utilization: spec.utilization.unwrap_or(0.0),
+            busy: std::collections::BTreeMap::new(),
         })
     }
 
@@ -482,8 +486,48 @@ impl GpuBackend for Simulated {
 
     fn utilization(&mut self) -> std::collections::BTreeMap<u32, f64> {
         (0..self.gpus.len())
-            .filter_map(|i| Some((u32::try_from(i).ok()?, self.utilization)))
+            .filter_map(|i| u32::try_from(i).ok())
+            .map(|i| (i, self.busy.get(&i).copied().unwrap_or(self.utilization)))
             .collect()
+    }
+
+    /// A GPU held by running pods of which one says how busy it keeps its GPUs
+    /// (`sim.fabrik.dev/gpu-utilization: "<percent>"`, as `kubectl top` reports them) is the
+    /// mean of what they say, the others counting the node's utilization.
+    fn observe_pods(
+        &mut self,
+        pods: &[k8s_openapi::api::core::v1::Pod],
+        uuids: &std::collections::BTreeMap<String, u32>,
+    ) {
+        let mut holders: std::collections::BTreeMap<u32, Vec<Option<f64>>> = Default::default();
+        for p in pods {
+            if p.status.as_ref().and_then(|s| s.phase.as_deref()) != Some("Running") {
+                continue;
+            }
+            let annotations = p.metadata.annotations.as_ref();
+            let said = annotations
+                .and_then(|a| a.get(fabrik_api::sim::GPU_UTILIZATION))
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(|v| v.min(100) as f64 / 100.0);
+            let devices = annotations.and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_DEVICES));
+            let gpus: BTreeSet<u32> = devices
+                .into_iter()
+                .flat_map(|d| d.split(','))
+                .filter_map(|u| uuids.get(u.trim()).copied())
+                .collect();
+            for g in gpus {
+                holders.entry(g).or_default().push(said);
+            }
+        }
+        self.busy = holders
+            .into_iter()
+            .filter(|(_, said)| said.iter().any(Option::is_some))
+            .map(|(g, said)| {
+                let n = said.len() as f64;
+                let sum: f64 = said.iter().map(|s| s.unwrap_or(self.utilization)).sum();
+                (g, sum / n)
+            })
+            .collect();
     }
 
     fn inventory(&mut self) -> super::Result<Vec<GpuInfo>> {
@@ -646,6 +690,48 @@ faults:
         assert_eq!(inv[2].numa_node, Some(1));
         assert_eq!(inv[4].model.name, "A100-40GB");
         assert!(s.set_mig_mode(4, true).is_err(), "declared not MIG capable");
+    }
+
+    #[test]
+    fn a_gpu_is_as_busy_as_the_pods_holding_it_say() {
+        let mut s = sim(&format!("{GOOD}utilization: 0.6\n")).expect("valid");
+        let uuids: std::collections::BTreeMap<String, u32> =
+            (0..5).map(|i| (format!("GPU-sim-n1-{i}"), i)).collect();
+        let pod = |devices: &str, said: Option<&str>, phase: &str| {
+            let mut a = std::collections::BTreeMap::from([(
+                fabrik_api::ANNOTATION_GPU_DEVICES.to_string(),
+                devices.to_string(),
+            )]);
+            if let Some(v) = said {
+                a.insert(fabrik_api::sim::GPU_UTILIZATION.to_string(), v.to_string());
+            }
+            let mut p = k8s_openapi::api::core::v1::Pod::default();
+            p.metadata.annotations = Some(a);
+            p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                phase: Some(phase.to_string()),
+                ..Default::default()
+            });
+            p
+        };
+        let pods = [
+            pod("GPU-sim-n1-0,GPU-sim-n1-1", Some("20"), "Running"),
+            // Two holders of GPU 2 (shared): one says 100, the other counts the node's 0.6.
+            pod("GPU-sim-n1-2", Some("100"), "Running"),
+            pod("GPU-sim-n1-2", None, "Running"),
+            pod("GPU-sim-n1-3", None, "Running"),
+            // A finished pod says nothing any more.
+            pod("GPU-sim-n1-4", Some("5"), "Succeeded"),
+        ];
+        s.observe_pods(&pods, &uuids);
+        let u = s.utilization();
+        assert_eq!(u[&0], 0.2);
+        assert_eq!(u[&1], 0.2);
+        assert!((u[&2] - 0.8).abs() < 1e-9, "{u:?}");
+        assert_eq!(u[&3], 0.6);
+        assert_eq!(u[&4], 0.6);
+        // Once they are gone, the node's again.
+        s.observe_pods(&[], &uuids);
+        assert!(s.utilization().values().all(|v| *v == 0.6));
     }
 
     #[test]

@@ -80,6 +80,19 @@ fn annotation_seconds(pod: &Pod, key: &str) -> Option<f64> {
         .filter(|s| s.is_finite() && *s >= 0.0)
 }
 
+/// How busy the pod says its GPUs are (`sim.fabrik.dev/gpu-utilization: "<percent>"`), 0..=1.
+pub fn gpu_utilization(pod: &Pod) -> Option<f64> {
+    pod.metadata
+        .annotations
+        .as_ref()?
+        .get(fabrik_api::sim::GPU_UTILIZATION)?
+        .trim()
+        .parse::<u64>()
+        .ok()
+        // (Read as the resource metrics read it: a whole percent, at most 100.)
+        .map(|p| p.min(100) as f64 / 100.0)
+}
+
 /// How long a container's command sleeps.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Sleeps {
@@ -872,6 +885,26 @@ mod tests {
             s.phase = Some("Succeeded".into());
         }
         assert_eq!(step(&p, true, at(9)), Step::Wait, "terminal pods stay");
+    }
+
+    #[test]
+    fn a_pod_says_how_busy_its_gpus_are_in_whole_percent() {
+        let mut p = pod();
+        assert_eq!(gpu_utilization(&p), None);
+        for (said, read) in [("25", Some(0.25)), (" 100 ", Some(1.0)), ("250", Some(1.0))] {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                fabrik_api::sim::GPU_UTILIZATION.to_string(),
+                said.to_string(),
+            )]));
+            assert_eq!(gpu_utilization(&p), read, "{said:?}");
+        }
+        for bad in ["-5", "12.5", "busy", ""] {
+            p.metadata.annotations = Some(BTreeMap::from([(
+                fabrik_api::sim::GPU_UTILIZATION.to_string(),
+                bad.to_string(),
+            )]));
+            assert_eq!(gpu_utilization(&p), None, "{bad:?}");
+        }
     }
 
     #[test]

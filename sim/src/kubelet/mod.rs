@@ -273,8 +273,11 @@ impl Kubelet {
             // to now and no further.
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
             if phase == Some("Running") {
-                let mut held =
-                    metering::usages(pod, &self.config.gpu_model, self.config.utilization);
+                // As busy as the pod says its GPUs are (as `kubectl top` reports them), else
+                // as the node's.
+                let utilization =
+                    lifecycle::gpu_utilization(pod).unwrap_or(self.config.utilization);
+                let mut held = metering::usages(pod, &self.config.gpu_model, utilization);
                 if let Some(profile) = &self.single_mig {
                     metering::as_single_mig(&mut held, profile);
                 }
