@@ -669,6 +669,9 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
                 Kind::PodDisruptionBudget => objects::tenant_pdb_status(h),
                 _ => return Ok(()),
             };
+            // Its messages name the tenant's objects as the tenant knows them.
+            let mut status = status;
+            naming::tenant_messages(&mut status, &ctx.tenant);
             let current = tobj.as_deref().map(|t| &t["status"]);
             if !status.is_empty()
                 && !contains(
