@@ -624,10 +624,21 @@ async fn read_ledger(host: &Client, settings: &Settings, state: &mut State) {
     };
     state.ledger_read = true;
     state.ledger_saved = None;
+    state.saved_empty = false;
+}
+
+/// Whether the ledger is due to be saved, `since` the last save (`None`: not saved yet),
+/// saving `every` so long; `(saved, now)`: whether the saved ledger and the ledger now hold no
+/// lead — an empty ledger saved once stays saved, and is not written every interval for
+/// nothing.
+fn save_due(since: Option<Duration>, every: Duration, (saved, now): (bool, bool)) -> bool {
+    since.is_none_or(|s| s >= every) && !(saved && now)
 }
 
 /// Saves the ledger ([`LEDGER_CONFIGMAP`]), created where it is not there yet.
 async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
+    let now = now_nanos();
+    let empty = state.ledger.lead(now, state.half_life).is_empty();
     let cm = ConfigMap {
         metadata: kube::api::ObjectMeta {
             name: Some(LEDGER_CONFIGMAP.to_string()),
@@ -636,7 +647,7 @@ async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
         },
         data: Some(BTreeMap::from([(
             LEDGER_KEY.to_string(),
-            state.ledger.save(now_nanos(), state.half_life),
+            state.ledger.save(now, state.half_life),
         )])),
         ..Default::default()
     };
@@ -673,6 +684,7 @@ async fn save_ledger(host: &Client, settings: &Settings, state: &mut State) {
         Ok(_) => {
             state.ok(&what);
             state.ledger_saved = Some(std::time::Instant::now());
+            state.saved_empty = empty;
         }
         // (Not a race: the namespace went again, or is going.)
         Err(kube::Error::Api(s)) if s.code == 404 => {
@@ -710,6 +722,8 @@ struct State {
     ledger_read: bool,
     /// When `ledger` was last saved.
     ledger_saved: Option<std::time::Instant>,
+    /// Whether the ledger last saved held no lead.
+    saved_empty: bool,
     /// The half-life the ledger is kept with (the last pass's policy), nanoseconds.
     half_life: i128,
     /// Nodes repartitioned for demand lately.
@@ -867,9 +881,12 @@ async fn pass(
     }
     state.layouts_failed = failed;
     state.half_life = policy.fairness_half_life;
-    let due = state
-        .ledger_saved
-        .is_none_or(|at| at.elapsed() >= settings.save_every);
+    let empty = state.ledger.lead(now_nanos(), state.half_life).is_empty();
+    let due = save_due(
+        state.ledger_saved.map(|at| at.elapsed()),
+        settings.save_every,
+        (state.saved_empty, empty),
+    );
     if state.ledger_read && state.half_life > 0 && due {
         save_ledger(host, settings, state).await;
     }
@@ -1275,6 +1292,22 @@ async fn event(host: &Client, pod: &Pod, type_: &str, reason: &str, message: &st
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_ledger_saved_once_is_not_written_again_until_it_holds_a_lead() {
+        let every = Duration::from_secs(15);
+        let (soon, later) = (Some(Duration::from_secs(3)), Some(Duration::from_secs(16)));
+        // Never saved: now, whatever it holds.
+        assert!(save_due(None, every, (false, true)));
+        assert!(save_due(None, every, (false, false)));
+        // Every interval while it holds a lead, or until an empty one is saved.
+        assert!(!save_due(soon, every, (false, false)));
+        assert!(save_due(later, every, (false, false)));
+        assert!(save_due(later, every, (false, true)));
+        assert!(save_due(later, every, (true, false)));
+        // Empty, and saved empty: nothing to write.
+        assert!(!save_due(later, every, (true, true)));
+    }
 
     #[test]
     fn a_waiting_pod_is_told_at_once_when_the_words_change_and_later_when_figures_do() {
