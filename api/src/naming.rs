@@ -112,10 +112,17 @@ pub fn tenant_words(text: &str, tenant: &str) -> String {
     let suffix = format!("-x-{tenant}");
     let in_namespace = format!("{}/", host_namespace(tenant));
     let name_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
+    // (Names and namespaces begin and end with a letter or digit: `-x--x-<t>` reads back to
+    // nothing a tenant could have made.)
+    let valid = |part: &str| {
+        part.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && part.ends_with(|c: char| c.is_ascii_alphanumeric())
+    };
     let read_back = |word: &str| -> Option<(String, String)> {
         let rest = word.strip_suffix(&suffix)?;
         let (name, namespace) = rest.rsplit_once("-x-")?;
-        (host_name(name, namespace, tenant) == word).then(|| (namespace.into(), name.into()))
+        (valid(name) && valid(namespace) && host_name(name, namespace, tenant) == word)
+            .then(|| (namespace.into(), name.into()))
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -178,6 +185,26 @@ mod tests {
             assert_eq!(tenant_words(&text, "team-a"), text);
         }
         assert_eq!(tenant_words("", "team-a"), "");
+        // Text a tenant controls (a container's termination message) goes through it too:
+        // any string comes back whole, rewritten only where a name reads back.
+        let long = "x-".repeat(5000);
+        for text in [
+            "...".to_string(),
+            "fabrik-team-a/".to_string(),
+            format!("é{pod}é"),
+            format!("fabrik-team-a/fabrik-team-a/{pod}"),
+            format!("xfabrik-team-a/{pod}"),
+            long.clone(),
+            format!("{long}-x-team-a"),
+            "-x--x-team-a -x-default-x-team-a".to_string(),
+        ] {
+            let out = tenant_words(&text, "team-a");
+            let expected = text
+                .replace(&format!("/fabrik-team-a/{pod}"), "/prod/web")
+                .replace(&format!("xfabrik-team-a/{pod}"), "xfabrik-team-a/prod/web")
+                .replace(&pod, "prod/web");
+            assert_eq!(out, expected, "{text:?}");
+        }
     }
 
     use std::collections::HashMap;
