@@ -139,10 +139,25 @@ pub mod sim {
     pub const CPU_USAGE: &str = "sim.fabrik.dev/cpu-usage";
     /// The memory each container is reported to use (resource metrics).
     pub const MEMORY_USAGE: &str = "sim.fabrik.dev/memory-usage";
-    /// The share of its GPUs each container keeps busy, in percent (resource metrics).
+    /// The share of its GPUs each container keeps busy, in percent (resource metrics and
+    /// metering; [`gpu_utilization`]).
     pub const GPU_UTILIZATION: &str = "sim.fabrik.dev/gpu-utilization";
     /// Seconds each init container runs before it completes (default 0.5).
     pub const INIT_RUN_SECONDS: &str = "sim.fabrik.dev/init-run-seconds";
+    /// How busy a pod with `annotations` says its GPUs are ([`GPU_UTILIZATION`]): a whole
+    /// percent, at most 100; `None` where it says nothing readable. One reading for every
+    /// place that reports it (`kubectl top`, metering).
+    pub fn gpu_utilization(
+        annotations: Option<&std::collections::BTreeMap<String, String>>,
+    ) -> Option<u64> {
+        annotations?
+            .get(GPU_UTILIZATION)?
+            .trim()
+            .parse::<u64>()
+            .ok()
+            .map(|p| p.min(100))
+    }
+
     /// All of them.
     pub const ALL: &[&str] = &[
         RUN_SECONDS,

@@ -38,9 +38,6 @@ const SIMULATED_NODE_LABEL: &str = "fabrik.dev/simulated";
 pub const CPU_USAGE_ANNOTATION: &str = fabrik_api::sim::CPU_USAGE;
 /// A pod annotation: the memory each of its containers is reported to use (a quantity).
 pub const MEMORY_USAGE_ANNOTATION: &str = fabrik_api::sim::MEMORY_USAGE;
-/// A pod annotation: the share of its GPUs each container keeps busy, in percent (0–100;
-/// without it a container keeps every GPU it requested busy).
-pub const GPU_UTILIZATION_ANNOTATION: &str = fabrik_api::sim::GPU_UTILIZATION;
 
 fn labels_of(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -68,10 +65,8 @@ fn simulated_containers(pod: &Pod) -> Vec<ContainerUsage> {
         annotated(CPU_USAGE_ANNOTATION).and_then(|q| parse_cpu(&q)),
         annotated(MEMORY_USAGE_ANNOTATION).and_then(|q| parse_memory(&q)),
     );
-    let gpu_percent = annotated(GPU_UTILIZATION_ANNOTATION)
-        .and_then(|p| p.trim().parse::<u64>().ok())
-        .map(|p| p.min(100))
-        .unwrap_or(100);
+    let gpu_percent =
+        fabrik_api::sim::gpu_utilization(pod.metadata.annotations.as_ref()).unwrap_or(100);
     spec.containers
         .iter()
         .map(|c| {

@@ -505,10 +505,7 @@ impl GpuBackend for Simulated {
                 continue;
             }
             let annotations = p.metadata.annotations.as_ref();
-            let said = annotations
-                .and_then(|a| a.get(fabrik_api::sim::GPU_UTILIZATION))
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|v| v.min(100) as f64 / 100.0);
+            let said = fabrik_api::sim::gpu_utilization(annotations).map(|p| p as f64 / 100.0);
             let devices = annotations.and_then(|a| a.get(fabrik_api::ANNOTATION_GPU_DEVICES));
             let gpus: BTreeSet<u32> = devices
                 .into_iter()

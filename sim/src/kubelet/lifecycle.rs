@@ -80,17 +80,10 @@ fn annotation_seconds(pod: &Pod, key: &str) -> Option<f64> {
         .filter(|s| s.is_finite() && *s >= 0.0)
 }
 
-/// How busy the pod says its GPUs are (`sim.fabrik.dev/gpu-utilization: "<percent>"`), 0..=1.
+/// How busy the pod says its GPUs are (`sim.fabrik.dev/gpu-utilization: "<percent>"`, read
+/// as the resource metrics read it), 0..=1.
 pub fn gpu_utilization(pod: &Pod) -> Option<f64> {
-    pod.metadata
-        .annotations
-        .as_ref()?
-        .get(fabrik_api::sim::GPU_UTILIZATION)?
-        .trim()
-        .parse::<u64>()
-        .ok()
-        // (Read as the resource metrics read it: a whole percent, at most 100.)
-        .map(|p| p.min(100) as f64 / 100.0)
+    fabrik_api::sim::gpu_utilization(pod.metadata.annotations.as_ref()).map(|p| p as f64 / 100.0)
 }
 
 /// How long a container's command sleeps.
