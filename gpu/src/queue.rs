@@ -1264,18 +1264,16 @@ fn try_admit(
         let fair = fair_of(&t.name, r);
         let lead = books.lead(&t.name, r);
         let may_pass = claimed == 0 && lead <= 0;
-        let contended = || {
-            input.tenants.iter().any(|o| {
+        let past_while_others_wait = !backfill
+            && past_share(queued, *n, t.guaranteed(r), fair, false)
+            && input.tenants.iter().any(|o| {
                 o.name != t.name
                     && books.pending(&o.name, r) > 0
                     && books.held(&o.name, r) < fair_of(&o.name, r)
-            })
-        };
-        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, false) && contended() {
-            // Past its share while others wait: only as its turn (checked next).
-            turn = true;
-        }
-        if !backfill && past_share(queued, *n, t.guaranteed(r), fair, may_pass) && contended() {
+            });
+        // Past its share while others wait: only as its turn (a tenant that may pass).
+        turn |= past_while_others_wait;
+        if past_while_others_wait && past_share(queued, *n, t.guaranteed(r), fair, may_pass) {
             if claimed == 0 && queued < fair && lead > 0 {
                 return Err(Refusal::Share(format!(
                     "tenant {} holds {queued} of its fair share of {r} ({fair}) but has lately \
