@@ -628,11 +628,16 @@ async fn read_ledger(host: &Client, settings: &Settings, state: &mut State) {
 }
 
 /// Whether the ledger is due to be saved, `since` the last save (`None`: not saved yet),
-/// saving `every` so long; `(saved, now)`: whether the saved ledger and the ledger now hold no
-/// lead — an empty ledger saved once stays saved, and is not written every interval for
-/// nothing.
-fn save_due(since: Option<Duration>, every: Duration, (saved, now): (bool, bool)) -> bool {
-    since.is_none_or(|s| s >= every) && !(saved && now)
+/// saving `every` so long; `saved_empty`: whether the saved ledger held no lead, `empty`:
+/// whether the ledger holds none now (asked only when the time has come) — an empty ledger
+/// saved once stays saved, and is not written every interval for nothing.
+fn save_due(
+    since: Option<Duration>,
+    every: Duration,
+    saved_empty: bool,
+    empty: impl FnOnce() -> bool,
+) -> bool {
+    since.is_none_or(|s| s >= every) && !(saved_empty && empty())
 }
 
 /// Saves the ledger ([`LEDGER_CONFIGMAP`]), created where it is not there yet.
@@ -881,11 +886,11 @@ async fn pass(
     }
     state.layouts_failed = failed;
     state.half_life = policy.fairness_half_life;
-    let empty = state.ledger.lead(now_nanos(), state.half_life).is_empty();
     let due = save_due(
         state.ledger_saved.map(|at| at.elapsed()),
         settings.save_every,
-        (state.saved_empty, empty),
+        state.saved_empty,
+        || state.ledger.lead(now_nanos(), state.half_life).is_empty(),
     );
     if state.ledger_read && state.half_life > 0 && due {
         save_ledger(host, settings, state).await;
@@ -1297,16 +1302,21 @@ mod tests {
     fn an_empty_ledger_saved_once_is_not_written_again_until_it_holds_a_lead() {
         let every = Duration::from_secs(15);
         let (soon, later) = (Some(Duration::from_secs(3)), Some(Duration::from_secs(16)));
+        let (yes, no) = (|| true, || false);
         // Never saved: now, whatever it holds.
-        assert!(save_due(None, every, (false, true)));
-        assert!(save_due(None, every, (false, false)));
+        assert!(save_due(None, every, false, yes));
+        assert!(save_due(None, every, false, no));
         // Every interval while it holds a lead, or until an empty one is saved.
-        assert!(!save_due(soon, every, (false, false)));
-        assert!(save_due(later, every, (false, false)));
-        assert!(save_due(later, every, (false, true)));
-        assert!(save_due(later, every, (true, false)));
+        assert!(!save_due(soon, every, false, no));
+        assert!(save_due(later, every, false, no));
+        assert!(save_due(later, every, false, yes));
+        assert!(save_due(later, every, true, no));
         // Empty, and saved empty: nothing to write.
-        assert!(!save_due(later, every, (true, true)));
+        assert!(!save_due(later, every, true, yes));
+        // The ledger is not read before the time has come.
+        assert!(!save_due(soon, every, true, || unreachable!(
+            "read too early"
+        )));
     }
 
     #[test]
