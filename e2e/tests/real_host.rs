@@ -753,6 +753,11 @@ fn scenario(w: &mut World) -> Result<()> {
     )?;
 
     step(
+        "4j a host component's message names the tenant's objects as the tenant knows them",
+        || host_messages_in_tenant_words(&k, &tkc),
+    )?;
+
+    step(
         "5 nodes stay Ready past the node monitor grace period",
         || {
             // kube-controller-manager marks a node without heartbeats Unknown 40 s after the last
@@ -1441,6 +1446,38 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
     }
     kc_ok(k, tkc, &["delete", "pod", "train-2", "--wait=false"])?;
     kc_ok(k, admin, &["delete", "tenant", "team-b", "--wait=false"])?;
+    Ok(())
+}
+
+/// Step 4j: a pod whose PersistentVolumeClaim does not exist is refused by the real
+/// kube-scheduler with a message naming the claim's host name; the tenant reads it under the
+/// name it gave the claim.
+fn host_messages_in_tenant_words(k: &Kubectl, tkc: &Path) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let file = dir.path().join("orphan.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: orphan}\nspec:\n  volumes: [{name: data, \
+         persistentVolumeClaim: {claimName: missing}}]\n  containers: [{name: main, image: \
+         busybox:1.36, volumeMounts: [{name: data, mountPath: /data}]}]\n",
+    )?;
+    kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
+    let mut said = String::new();
+    poll("the pod told its claim is missing", 60, || {
+        let pod = get_json(k, tkc, &["get", "pod", "orphan"])?;
+        said = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["type"] == "PodScheduled")
+            .filter_map(|c| c["message"].as_str())
+            .collect();
+        Ok((said.contains("not found"), pod["status"].to_string()))
+    })?;
+    if !said.contains("\"default/missing\"") || said.contains("-x-") {
+        bail!("the scheduler's message is not in the tenant's words: {said}");
+    }
+    kc_ok(k, tkc, &["delete", "pod", "orphan", "--wait=false"])?;
     Ok(())
 }
 
