@@ -967,7 +967,14 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
         .iter()
         .filter(|r| for_room.contains(r.key.as_str()))
     {
-        let (preempt, nodes) = drain(&run.books, &fair_of, r, &run.nodes, &decision.preempt);
+        let (preempt, nodes) = drain(
+            &run.books,
+            &fair_of,
+            r,
+            &run.nodes,
+            &decision.preempt,
+            policy.starvation_after,
+        );
         decision.preempt.extend(preempt);
         spoken_for.extend(nodes);
     }
@@ -1479,6 +1486,14 @@ fn reserve(
     })
 }
 
+/// Whether `a`'s tenant is ahead of its fair share in everything `a` holds: over time (it has
+/// lately held more than its share, [`Input::lead`]) or now (it holds more than its share).
+fn ahead_of_share(books: &Books<'_>, fair_of: &dyn Fn(&str, &str) -> i64, a: &Admitted) -> bool {
+    a.gpus()
+        .keys()
+        .all(|r| books.lead(&a.tenant, r) > 0 || books.held(&a.tenant, r) > fair_of(&a.tenant, r))
+}
+
 /// Whether `a` is backfill on `r`'s nodes that a drain for `r` may preempt: placed there since
 /// `r` was made.
 fn drainable(a: &Admitted, r: &Reservation) -> bool {
@@ -1814,6 +1829,7 @@ fn drain(
     r: &Reservation,
     nodes: &[NodeView],
     preempted: &[Preemption],
+    patience: i128,
 ) -> (Vec<Preemption>, BTreeSet<String>) {
     let input = books.input;
     let Some(w) = input.waiting.iter().find(|w| w.key == r.key) else {
@@ -1851,14 +1867,53 @@ fn drain(
                     .saturating_mul(i128::from(done))
         })
     };
-    let mut backfill: Vec<&Admitted> = input
+    // Overdue: the nodes held for the starvation bound, for a tenant not ahead of its fair share
+    // over time. Then the runs there of tenants ahead of theirs — over time, or now — may go
+    // too, as far as those tenants hold beyond their guarantees (`ahead_of_share`): reclaim
+    // over time. Without it a tenant whose workloads are larger than its share waits, for each
+    // of them, for a whole node's runs to end, and falls behind its share for good (those runs
+    // are others' within their shares at the instant, which reclaim does not take).
+    let overdue = input.now - r.since >= patience
+        && w.gpus().keys().all(|res| books.lead(&w.tenant, res) <= 0);
+    let on_nodes = |a: &Admitted| a.pods.iter().any(|p| r.nodes.contains(&p.node));
+    let mut victims: Vec<&Admitted> = input
         .admitted
         .iter()
-        .filter(|a| !going(a) && !a.protected && drainable(a, r) && !cheaper_to_wait(a))
+        .filter(|a| !going(a) && !a.protected && !cheaper_to_wait(a))
+        .filter(|a| {
+            drainable(a, r)
+                || (overdue
+                    && on_nodes(a)
+                    && !a.turn
+                    && a.tenant != w.tenant
+                    && ahead_of_share(books, fair_of, a))
+        })
         .collect();
-    backfill.sort_by_key(|a| (std::cmp::Reverse(a.admitted_at), a.key.clone()));
+    // Backfill first (it was admitted on that understanding), then the newest.
+    victims.sort_by_key(|a| (!a.backfill, std::cmp::Reverse(a.admitted_at), a.key.clone()));
     let mut chosen = Vec::new();
-    for a in backfill {
+    // What each tenant would hold after the runs chosen so far: a run that is not backfill goes
+    // only while its tenant keeps its guarantee.
+    let mut left: BTreeMap<(&str, String), i64> = BTreeMap::new();
+    for a in victims {
+        if !a.backfill {
+            let gpus = a.gpus();
+            let keeps_guarantee = gpus.iter().all(|(res, n)| {
+                let held = *left
+                    .entry((a.tenant.as_str(), res.clone()))
+                    .or_insert_with(|| books.held(&a.tenant, res));
+                let guaranteed = books.tenant(&a.tenant).map_or(0, |t| t.guaranteed(res));
+                held - n >= guaranteed
+            });
+            if !keeps_guarantee {
+                continue;
+            }
+            for (res, n) in gpus {
+                if let Some(h) = left.get_mut(&(a.tenant.as_str(), res)) {
+                    *h -= n;
+                }
+            }
+        }
         for p in &a.pods {
             release(&mut view, p);
         }
@@ -1877,13 +1932,26 @@ fn drain(
                     key: a.key.clone(),
                     tenant: a.tenant.clone(),
                     pods: a.pods.iter().map(|p| p.request.name.clone()).collect(),
-                    message: format!(
-                        "preempted by Fabrik's GPU queue: it ran as backfill on node(s) {}, \
-                         reserved for a workload of tenant {} that waited past the starvation \
-                         bound; those nodes have drained but for backfill",
-                        on.join(", "),
-                        w.tenant
-                    ),
+                    message: if drainable(a, r) {
+                        format!(
+                            "preempted by Fabrik's GPU queue: it ran as backfill on node(s) {}, \
+                             reserved for a workload of tenant {} that waited past the \
+                             starvation bound; those nodes have drained but for backfill",
+                            on.join(", "),
+                            w.tenant
+                        )
+                    } else {
+                        format!(
+                            "preempted by Fabrik's GPU queue: it ran on node(s) {}, reserved \
+                             for a workload of tenant {}, which waited past the starvation bound \
+                             and is not ahead of its fair share over time, while tenant {} has \
+                             held more than its own (only what it holds beyond its guarantee is \
+                             taken)",
+                            on.join(", "),
+                            w.tenant,
+                            a.tenant
+                        )
+                    },
                 })
                 .collect();
             return (preempt, r.nodes.clone());
@@ -2810,7 +2878,9 @@ mod tests {
     #[test]
     fn a_reservation_s_nodes_drain_of_backfill_once_only_backfill_stands_in_the_way() {
         // n1 is full with o's own work; on n2, o runs backfill placed before the reservation
-        // (early, 1 GPU) and since (late, 2 GPUs). t's 8-GPU job holds n2 since t = 100 s.
+        // (early, 1 GPU) and since (late, 2 GPUs). t's 8-GPU job holds n2 since t = 100 s;
+        // it is 150 s, within the starvation bound of the reservation (past it, what o holds
+        // beyond its share goes too: see the next test).
         let s = 1_000_000_000i128;
         let setup = |with_early: bool| {
             let mut nodes = vec![node("n1", 8), node("n2", 8)];
@@ -2820,14 +2890,14 @@ mod tests {
                 early.backfill = true;
                 admitted.push(early);
             }
-            let mut late = hold(&mut nodes, "o", "o-late", 2, 150 * s);
+            let mut late = hold(&mut nodes, "o", "o-late", 2, 120 * s);
             late.backfill = true;
             admitted.push(late);
             let mut i = t_and_o(
                 nodes,
                 admitted,
                 vec![waiting("t", "big", 8, 0), waiting("o", "more", 1, 10 * s)],
-                200 * s,
+                150 * s,
             );
             i.reservations = vec![n2_for_big(100 * s)];
             // Reclaim (o is above its fair share) would take the backfill anyway: off, to see
@@ -2859,6 +2929,82 @@ mod tests {
         );
         assert!(d.admit.is_empty(), "{:?}", d.admit);
         assert_eq!(d.reservations.len(), 1);
+    }
+
+    #[test]
+    fn an_overdue_drain_takes_what_tenants_ahead_of_their_share_hold_beyond_their_guarantee() {
+        // t, o and p are each guaranteed 4 of 16 GPUs. o and p each run 4 GPUs on n1 and more
+        // on n2 (o 4, p 2 + 2), where t's 8-GPU job has had its reservation since 100 s: o and
+        // p hold 8 each, above their fair shares, and all of n2 is what they borrowed. What
+        // they hold beyond their fair shares (6 in all) cannot make room for 8 GPUs on one
+        // node, so reclaim takes nothing; the drain would wait for their runs there to end.
+        let s = 1_000_000_000i128;
+        let setup = |now: i128, o_on_n1: i64, t_lead: i64| {
+            let mut nodes = vec![node("n1", 8), node("n2", 8)];
+            let mut admitted = Vec::new();
+            // Each run admitted 10 s after the one before.
+            let mut on = |nodes: &mut Vec<NodeView>, at: &str, who: &str, name: &str, n: i64| {
+                for v in nodes.iter_mut() {
+                    v.schedulable = v.name == at;
+                }
+                let since = 10 * s * (admitted.len() as i128 + 1);
+                let a = hold(nodes, who, name, n, since);
+                for v in nodes.iter_mut() {
+                    v.schedulable = true;
+                }
+                admitted.push(a);
+            };
+            on(&mut nodes, "n1", "o", "o-base", o_on_n1);
+            on(&mut nodes, "n1", "p", "p-base", 4);
+            on(&mut nodes, "n2", "o", "o-x", 4);
+            on(&mut nodes, "n2", "p", "p-x", 2);
+            on(&mut nodes, "n2", "p", "p-y", 2);
+            let mut i = input(
+                vec![tenant("t", 4, 12), tenant("o", 4, 12), tenant("p", 4, 12)],
+                nodes,
+                vec![waiting("t", "big", 8, 0)],
+            );
+            i.admitted = admitted;
+            i.now = now;
+            i.lead = BTreeMap::from([(
+                "t".to_string(),
+                Gpus::from([("nvidia.com/gpu".into(), t_lead)]),
+            )]);
+            i.reservations = vec![n2_for_big(100 * s)];
+            decide(&i, &Policy::default())
+        };
+        let taken = |d: &Decision| -> Vec<String> {
+            let mut k: Vec<String> = d.preempt.iter().map(|p| p.key.clone()).collect();
+            k.sort();
+            k
+        };
+        // Within the starvation bound of the reservation: the runs there are left to end.
+        let d = setup(150 * s, 4, -100);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        assert_eq!(d.reservations.len(), 1, "{:?}", d.waiting);
+        // Past it, with t behind its fair share over time: what o and p hold on n2 goes,
+        // newest first, and each is told why.
+        let d = setup(170 * s, 4, -100);
+        assert_eq!(
+            taken(&d),
+            vec!["fabrik-o/o-x", "fabrik-p/p-x", "fabrik-p/p-y"],
+            "{:?}",
+            d.waiting
+        );
+        let message = &d.preempt[0].message;
+        assert!(
+            message.contains("reserved for a workload of tenant t, which waited past the")
+                && message.contains("not ahead of its fair share over time")
+                && message.contains("beyond its guarantee"),
+            "{message}"
+        );
+        // t lately ahead of its share over time: nothing is taken for it.
+        let d = setup(170 * s, 4, 100);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
+        // o with only 2 on n1: taking its 4 on n2 would leave it below its guarantee, and
+        // without them there is no room: nothing is taken at all.
+        let d = setup(170 * s, 2, -100);
+        assert!(d.preempt.is_empty(), "{:?}", d.preempt);
     }
 
     #[test]
