@@ -1409,6 +1409,98 @@ fn a_job_larger_than_the_rest_of_its_tenant_s_share_gets_its_turn() {
     });
 }
 
+/// The same 8-GPU job, but the others' runs do not end: three teams are each guaranteed 2 GPUs,
+/// two of them hold 8 each, half on each node, for an hour, and the third asks for 8 (its fair
+/// share is about a third of 16). Reclaim takes only what the two hold beyond their fair shares
+/// (less than 8 in all), and a drain that waited for their runs would wait the hour. Past
+/// the starvation bound its node is reserved; once that has waited the bound too, for a team
+/// not ahead of its fair share over time, what the two hold there beyond their guarantees —
+/// they are ahead of theirs — is preempted, each told why, and the job starts. Each keeps
+/// its other 4 (within its guarantee, it would never lose them).
+#[test]
+fn a_turn_does_not_wait_on_the_runs_of_tenants_ahead_of_their_shares() {
+    let f = Fabrik::start_with(&["--nodes", "2", "--queue-starvation-seconds", "5"])
+        .expect("fabrik up");
+    let k = kubectls().pop().expect("a kubectl");
+    f.check(|| {
+        let small = ["--gpus", "2", "--borrow-gpus", "14"];
+        let a = f.create_tenant("team-a", &small)?;
+        let c = f.create_tenant("team-c", &small)?;
+        let b = f.create_tenant("team-b", &small)?;
+        // 4 pods of a, then 4 of c, fill one node (best fit); 4 more of each fill the other.
+        let running = |t: &std::path::Path, n: usize| -> Result<BTreeMap<String, String>> {
+            let mut on = BTreeMap::new();
+            poll_until(&format!("{n} pods running"), WAIT, || {
+                on = pod_states(&k, t)?
+                    .into_iter()
+                    .filter(|(_, (phase, node))| phase == "Running" && !node.is_empty())
+                    .map(|(name, (_, node))| (name, node))
+                    .collect();
+                Ok(on.len() == n)
+            })?;
+            Ok(on)
+        };
+        for (round, bound) in [(0, 4), (4, 8)] {
+            for (t, prefix) in [(&a, "a-"), (&c, "c-")] {
+                let pods: Vec<String> = (round..round + 4)
+                    .map(|i| gpu_pod(&format!("{prefix}{i}"), 1, 3600))
+                    .collect();
+                kc_apply_ok(&k, t, &pods.join("---\n"))?;
+                running(t, bound)?;
+            }
+        }
+        let before = running(&a, 8)?;
+        let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+        for node in before.values().chain(running(&c, 8)?.values()) {
+            *per_node.entry(node.clone()).or_default() += 1;
+        }
+        if per_node.values().any(|n| *n != 8) {
+            bail!("expected each node full, half a's and half c's: {before:?}, {per_node:?}");
+        }
+        kc_apply_ok(&k, &b, &gpu_pod("big", 8, 3600))?;
+        let mut states = Default::default();
+        poll_until("team-b's 8-GPU pod bound", Duration::from_secs(120), || {
+            states = pod_states(&k, &b)?;
+            Ok(states.get("big").is_some_and(|(_, n)| !n.is_empty()))
+        })
+        .map_err(|e| anyhow::anyhow!("{e}: {states:?}"))?;
+        let node = states
+            .get("big")
+            .map(|(_, n)| n.clone())
+            .unwrap_or_default();
+        for (t, name) in [(&a, "team-a"), (&c, "team-c")] {
+            let mut seen = (0, 0, 0);
+            poll_until(&format!("4 of {name}'s pods preempted"), WAIT, || {
+                seen = pods_of(&k, t, "stream")?;
+                Ok(seen.2 == 4)
+            })
+            .map_err(|e| anyhow::anyhow!("{e}: {seen:?} {:?}", pod_states(&k, t)))?;
+            if seen.0 != 4 {
+                bail!(
+                    "{name}: {} pods kept, not 4: {:?}",
+                    seen.0,
+                    pod_states(&k, t)?
+                );
+            }
+            // What went was on the job's node; what stays is elsewhere.
+            let left = running(t, 4)?;
+            if left.values().any(|n| *n == node) {
+                bail!("{name} still runs on {node}: {left:?}");
+            }
+            let said = preemption_events(&k, t)?;
+            let why = format!(
+                "reserved for a workload of tenant team-b, which waited past the starvation \
+                 bound and is not ahead of its fair share over time, while tenant {name} has \
+                 held more than its own"
+            );
+            if said.is_empty() || !said.iter().all(|m| m.contains(&why)) {
+                bail!("preemption events in {name}: {said:?}");
+            }
+        }
+        Ok(())
+    });
+}
+
 /// A pod of `app` that takes one GPU through a ResourceClaim made from template `one-gpu`.
 fn claim_pod(app: &str, name: &str) -> String {
     format!(
