@@ -178,7 +178,9 @@ impl Default for Policy {
 
 /// A reservation for a starving workload: nodes no other workload is placed on in queue order.
 /// Their idle GPUs may still take backfill, which is preempted as soon as it is all that stands
-/// between the workload and its nodes.
+/// between the workload and its nodes; once the reservation has waited the starvation bound, for
+/// a tenant not ahead of its fair share over time, so is what tenants ahead of theirs hold there
+/// beyond their guarantees (`drain`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reservation {
     /// The workload's key.
@@ -829,9 +831,10 @@ pub fn decide(input: &Input, policy: &Policy) -> Decision {
     // Others holding the GPUs within their own fair shares is what starves a workload larger
     // than the rest of its tenant's share: reclaim takes only what is held beyond a share, so
     // without a reservation such a workload would wait for as long as the others have demand.
-    // Its reserved nodes drain as their runs end; once admitted it runs past its tenant's share
-    // and reclaim does not take it back (that would put its tenant below its share): fair shares
-    // are honoured over time rather than at every instant.
+    // Its reserved nodes drain as their runs end (or, once the reservation is overdue, of what
+    // tenants ahead of their shares hold there: `drain`); once admitted it runs past its
+    // tenant's share and reclaim does not take it back (that would put its tenant below its
+    // share): fair shares are honoured over time rather than at every instant.
     //
     // Within its share: its tenant below its fair share at its turn, not counting what its
     // own later workloads, which overtook it, hold; `reserved`: what its tenant's reservations
