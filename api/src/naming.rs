@@ -109,6 +109,18 @@ pub fn fnv1a(bytes: &[u8]) -> u64 {
 /// rewritten only where it reads back to exactly that host name (the translation is
 /// injective), so other tenants' names, hashed names and anything else are left as they are.
 pub fn tenant_words(text: &str, tenant: &str) -> String {
+    tenant_words_with(text, tenant, &|_| None)
+}
+
+/// [`tenant_words`], and hashed host names too, which do not read back: `hashed` says which
+/// tenant object (namespace, name) a word of the hashed form ([`MAX_NAME`] long, ending in hex
+/// digits) might be the host name of — the syncer knows, from the host objects it made — and
+/// the word is rewritten only where it is exactly that object's host name in `tenant`.
+pub fn tenant_words_with(
+    text: &str,
+    tenant: &str,
+    hashed: &dyn Fn(&str) -> Option<(String, String)>,
+) -> String {
     let suffix = format!("-x-{tenant}");
     let in_namespace = format!("{}/", host_namespace(tenant));
     let name_char = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.';
@@ -118,11 +130,26 @@ pub fn tenant_words(text: &str, tenant: &str) -> String {
         part.starts_with(|c: char| c.is_ascii_alphanumeric())
             && part.ends_with(|c: char| c.is_ascii_alphanumeric())
     };
-    let read_back = |word: &str| -> Option<(String, String)> {
+    let readable = |word: &str| -> Option<(String, String)> {
         let rest = word.strip_suffix(&suffix)?;
         let (name, namespace) = rest.rsplit_once("-x-")?;
         (valid(name) && valid(namespace) && host_name(name, namespace, tenant) == word)
             .then(|| (namespace.into(), name.into()))
+    };
+    let of_hashed_form = |word: &str| {
+        word.len() == MAX_NAME
+            && word.rsplit_once('-').is_some_and(|(_, digits)| {
+                !digits.is_empty()
+                    && digits
+                        .chars()
+                        .all(|c| c.is_ascii_digit() || ('a'..='f').contains(&c))
+            })
+    };
+    let read_back = |word: &str| -> Option<(String, String)> {
+        readable(word).or_else(|| {
+            let (namespace, name) = of_hashed_form(word).then(|| hashed(word)).flatten()?;
+            (host_name(&name, &namespace, tenant) == word).then_some((namespace, name))
+        })
     };
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -185,6 +212,22 @@ mod tests {
             assert_eq!(tenant_words(&text, "team-a"), text);
         }
         assert_eq!(tenant_words("", "team-a"), "");
+        // Hashed names, where the caller knows which object one was made for — checked: an
+        // answer that is not that word's object leaves the word as it is.
+        let long = "n".repeat(60);
+        let knows = |word: &str| (word == hashed).then(|| ("prod".to_string(), long.clone()));
+        assert_eq!(
+            tenant_words_with(&format!("pod {hashed} waits"), "team-a", &knows),
+            format!("pod prod/{long} waits")
+        );
+        let wrong = |_: &str| Some(("prod".to_string(), "web".to_string()));
+        let text = format!("pod {hashed} waits; {theirs}");
+        assert_eq!(tenant_words_with(&text, "team-a", &wrong), text);
+        // Another tenant's object of the same name: not team-a's, whatever the caller says.
+        let of_b = host_name(&long, "prod", "team-b");
+        let any = |_: &str| Some(("prod".to_string(), long.clone()));
+        let text = format!("pod {of_b} waits");
+        assert_eq!(tenant_words_with(&text, "team-a", &any), text);
         // Text a tenant controls (a container's termination message) goes through it too:
         // any string comes back whole, rewritten only where a name reads back.
         let long = "x-".repeat(5000);

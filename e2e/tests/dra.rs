@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use anyhow::Result;
+use anyhow::{bail, Result};
 use e2e::{kc, kc_apply, kc_apply_ok, kc_ok, kubectls, Fabrik};
 
 fn poll(what: &str, check: impl FnMut() -> Result<bool>) -> Result<()> {
@@ -219,5 +219,33 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
         Ok(events.contains("pod/waiter")
             && events.contains("cannot allocate resource claim default/huge"))
     })?;
+    // The same under a name too long to be written readably on the host (its host name is
+    // hashed): the message names it as the tenant does all the same.
+    let long = format!("huge-{}", "g".repeat(50));
+    kc_apply_ok(
+        k,
+        &cfg,
+        &format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {long}}}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{{cel: {{expression: \"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('100Ti'))\"}}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: waiter-long}}\nspec:\n  resourceClaims: [{{name: gpu, resourceClaimName: {long}}}]\n  containers: [{{name: main, image: trainer, resources: {{claims: [{{name: gpu}}]}}}}]\n"
+        ),
+    )?;
+    let mut why = String::new();
+    poll("the pod of the long-named claim told why", || {
+        why = kc_ok(
+            k,
+            &cfg,
+            &[
+                "get",
+                "pod",
+                "waiter-long",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"PodScheduled\")].message}",
+            ],
+        )?;
+        Ok(why.contains("cannot allocate resource claim"))
+    })?;
+    if !why.contains(&format!("cannot allocate resource claim default/{long}")) {
+        bail!("the message names the claim by its host name: {why}");
+    }
     Ok(())
 }

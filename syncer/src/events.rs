@@ -9,7 +9,12 @@ use crate::naming;
 
 /// The tenant Event for a host Event about a host object that is the copy of tenant object
 /// `origin` (of `kind`, `apiVersion`).
-pub fn tenant_event(host_event: &Value, origin: &naming::Origin, api_version: &str) -> Value {
+pub fn tenant_event(
+    host_event: &Value,
+    origin: &naming::Origin,
+    api_version: &str,
+    hashed: naming::Hashed<'_>,
+) -> Value {
     let host_name = host_event["metadata"]["name"].as_str().unwrap_or("");
     let name = format!(
         "{}.{:016x}",
@@ -37,7 +42,7 @@ pub fn tenant_event(host_event: &Value, origin: &naming::Origin, api_version: &s
     }
     // Its message names the tenant's objects as the tenant knows them.
     if let Some(m) = out.as_object_mut() {
-        naming::tenant_messages(m, &origin.tenant);
+        naming::tenant_messages(m, &origin.tenant, hashed);
     }
     if !io["fieldPath"].is_null() {
         out["involvedObject"]["fieldPath"] = io["fieldPath"].clone();
@@ -62,7 +67,7 @@ mod tests {
             name: "web".into(),
             uid: "u".into(),
         };
-        let t = tenant_event(&ev, &origin, "v1");
+        let t = tenant_event(&ev, &origin, "v1", &|_| None);
         assert_eq!(t["metadata"]["namespace"], "prod");
         assert!(t["metadata"]["name"]
             .as_str()
@@ -72,12 +77,15 @@ mod tests {
         assert_eq!(t["involvedObject"]["fieldPath"], "spec.containers{c}");
         assert_eq!(t["count"], 2);
         assert_eq!(t["source"], json!({"component": "kubelet"}));
-        assert_eq!(tenant_event(&ev, &origin, "v1")["metadata"], t["metadata"]);
+        assert_eq!(
+            tenant_event(&ev, &origin, "v1", &|_| None)["metadata"],
+            t["metadata"]
+        );
         // Its message names the tenant's objects as the tenant knows them.
         let mut ev = ev;
         ev["message"] = json!("Unable to attach or mount volumes: unmounted volumes=[data], PVC data-x-prod-x-a not bound");
         assert_eq!(
-            tenant_event(&ev, &origin, "v1")["message"],
+            tenant_event(&ev, &origin, "v1", &|_| None)["message"],
             "Unable to attach or mount volumes: unmounted volumes=[data], PVC prod/data not bound"
         );
     }

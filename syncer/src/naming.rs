@@ -14,24 +14,31 @@ use fabrik_api::{
 use serde_json::{json, Map, Value};
 
 pub use fabrik_api::naming::{
-    fnv1a, host_name, host_namespace, legacy_host_name, tenant_of_namespace, tenant_words, MAX_NAME,
+    fnv1a, host_name, host_namespace, legacy_host_name, tenant_of_namespace, tenant_words,
+    tenant_words_with, MAX_NAME,
 };
+
+/// Which tenant object (namespace, name) a hashed host name was made for, where known
+/// ([`tenant_words_with`]).
+pub type Hashed<'a> = &'a dyn Fn(&str) -> Option<(String, String)>;
 
 /// Every `message` in `m` (at any depth: a status, its conditions, its container states)
 /// with the host names of tenant `tenant`'s objects written as the tenant knows them
-/// ([`tenant_words`]).
-pub fn tenant_messages(m: &mut Map<String, Value>, tenant: &str) {
-    fn walk(v: &mut Value, tenant: &str) {
+/// ([`tenant_words_with`]; `hashed` for the hashed ones).
+pub fn tenant_messages(m: &mut Map<String, Value>, tenant: &str, hashed: Hashed<'_>) {
+    fn walk(v: &mut Value, tenant: &str, hashed: Hashed<'_>) {
         match v {
-            Value::Object(m) => tenant_messages(m, tenant),
-            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, tenant)),
+            Value::Object(m) => tenant_messages(m, tenant, hashed),
+            Value::Array(items) => items.iter_mut().for_each(|v| walk(v, tenant, hashed)),
             _ => {}
         }
     }
     for (k, v) in m.iter_mut() {
         match v {
-            Value::String(text) if k == "message" => *text = tenant_words(text, tenant),
-            _ => walk(v, tenant),
+            Value::String(text) if k == "message" => {
+                *text = tenant_words_with(text, tenant, hashed);
+            }
+            _ => walk(v, tenant, hashed),
         }
     }
 }

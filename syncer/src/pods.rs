@@ -863,14 +863,15 @@ pub const STATUS_FIELDS: &[&str] = &[
 ];
 
 /// The tenant pod status for a host pod's status (only [`STATUS_FIELDS`]); its messages name
-/// the tenant's objects as the tenant knows them, not by their host names.
-pub fn tenant_status(host: &Value) -> Map<String, Value> {
+/// the tenant's objects as the tenant knows them, not by their host names (`hashed`: see
+/// [`naming::tenant_messages`]).
+pub fn tenant_status(host: &Value, hashed: naming::Hashed<'_>) -> Map<String, Value> {
     let mut out = Map::new();
     for f in STATUS_FIELDS {
         copy(&host["status"], &mut out, f);
     }
     if let Some(o) = naming::origin(host) {
-        naming::tenant_messages(&mut out, &o.tenant);
+        naming::tenant_messages(&mut out, &o.tenant, hashed);
     }
     out
 }
@@ -1658,7 +1659,7 @@ mod tests {
     fn status_fields_are_picked() {
         let host = json!({"status": {"phase": "Running", "podIP": "10.0.0.2", "qosClass": "x",
             "nominatedNodeName": "n"}});
-        let s = tenant_status(&host);
+        let s = tenant_status(&host, &|_| None);
         assert_eq!(s.len(), 2);
         assert_eq!(s["phase"], "Running");
     }
@@ -1673,7 +1674,7 @@ mod tests {
                 "message": "cannot allocate resource claim gpu-x-prod-x-a; other-x-prod-x-b"}],
             "containerStatuses": [{"name": "c", "state": {"waiting": {"reason": "CreateContainerConfigError",
                 "message": "secret \"creds-x-prod-x-a\" not found"}}}]}});
-        let s = Value::Object(tenant_status(&host));
+        let s = Value::Object(tenant_status(&host, &|_| None));
         assert_eq!(s["message"], "waiting for prod/db");
         assert_eq!(
             s["conditions"][0]["message"],

@@ -116,6 +116,17 @@ impl Context {
         self.host_caches.get(&kind)
     }
 
+    /// The tenant object (namespace, name) whose host copy, of any synced kind, is named `name`
+    /// in the tenant's host namespace, as its origin marks say (for messages that name it by a
+    /// hashed host name, [`naming::tenant_words_with`], which checks the answer).
+    fn hashed_name(&self, name: &str) -> Option<(String, String)> {
+        self.host_caches.values().find_map(|cache| {
+            let host = cache.get(&self.host_namespace, name)?;
+            let o = naming::origin(&host).filter(|o| o.tenant == self.tenant)?;
+            Some((o.namespace, o.name))
+        })
+    }
+
     /// The tenant's ReferenceGrants (none while its routes are not synced).
     fn grants(&self) -> Vec<Arc<Value>> {
         self.tcache(Kind::ReferenceGrant)
@@ -671,7 +682,7 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
             };
             // Its messages name the tenant's objects as the tenant knows them.
             let mut status = status;
-            naming::tenant_messages(&mut status, &ctx.tenant);
+            naming::tenant_messages(&mut status, &ctx.tenant, &|w| ctx.hashed_name(w));
             let current = tobj.as_deref().map(|t| &t["status"]);
             if !status.is_empty()
                 && !contains(
@@ -997,8 +1008,13 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         // goes up first, so that a host pod gone before the tenant is told still reads as
         // preempted.
         if queue_preemption(&tpod).is_none() && phase(&tpod) != "Failed" {
-            ctx.tenant_status(Kind::Pod, ns, name, pods::tenant_status(&h))
-                .await?;
+            ctx.tenant_status(
+                Kind::Pod,
+                ns,
+                name,
+                pods::tenant_status(&h, &|w| ctx.hashed_name(w)),
+            )
+            .await?;
         }
         if !is_deleting(&h) {
             let pods: Api<k8s_openapi::api::core::v1::Pod> =
@@ -1044,7 +1060,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                 &message,
             )
             .await?;
-            let mut status = pods::tenant_status(&h);
+            let mut status = pods::tenant_status(&h, &|w| ctx.hashed_name(w));
             status.insert("phase".into(), json!("Failed"));
             status.insert("reason".into(), json!("Preempted"));
             status.insert("message".into(), json!(message));
@@ -1052,7 +1068,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
         return Ok(());
     }
-    let status = pods::tenant_status(&h);
+    let status = pods::tenant_status(&h, &|w| ctx.hashed_name(w));
     if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
         ctx.tenant_status(Kind::Pod, ns, name, status).await?;
     }
@@ -1514,7 +1530,7 @@ async fn event(ctx: &Context, host_ns: &str, name: &str) -> Result<(), Error> {
         return Ok(());
     };
     let api_version = kind.api_resource().api_version;
-    let want = events::tenant_event(&ev, &origin, &api_version);
+    let want = events::tenant_event(&ev, &origin, &api_version, &|w| ctx.hashed_name(w));
     let api = ctx.tenant_api(Kind::Event, &origin.namespace);
     let ename = want["metadata"]["name"].as_str().unwrap_or("").to_string();
     let Ok(data) = serde_json::from_value::<DynamicObject>(want.clone()) else {
