@@ -2939,8 +2939,9 @@ mod tests {
         // t, o and p are each guaranteed 4 of 16 GPUs. o and p each run 4 GPUs on n1 and more
         // on n2 (o 4, p 2 + 2), where t's 8-GPU job has had its reservation since 100 s: o and
         // p hold 8 each, above their fair shares, and all of n2 is what they borrowed. What
-        // they hold beyond their fair shares (6 in all) cannot make room for 8 GPUs on one
-        // node, so reclaim takes nothing; the drain would wait for their runs there to end.
+        // they hold beyond their fair shares (less than 8 in all: t's share is about a third)
+        // cannot make room for 8 GPUs on one node, so reclaim takes nothing; the drain would
+        // wait for their runs there to end.
         let s = 1_000_000_000i128;
         let setup = |now: i128, o_on_n1: i64, t_lead: i64| {
             let mut nodes = vec![node("n1", 8), node("n2", 8)];
