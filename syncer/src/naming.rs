@@ -43,6 +43,35 @@ pub fn tenant_messages(m: &mut Map<String, Value>, tenant: &str, hashed: Hashed<
     }
 }
 
+/// The tenant object (`namespace`, name) that `object` — a tenant object in `namespace` —
+/// refers to by a name whose host name is `word`: any string in it that is a name of that
+/// namespace's objects, `word` being exactly its host name. For messages about an object its
+/// spec names that has no host copy to look up (a claim that does not exist yet), where the
+/// host name is hashed ([`tenant_words_with`]).
+pub fn referred_to(
+    object: &Value,
+    namespace: &str,
+    tenant: &str,
+    word: &str,
+) -> Option<(String, String)> {
+    fn find(v: &Value, namespace: &str, tenant: &str, word: &str) -> Option<String> {
+        match v {
+            // (Only what could be a name: at most 253 characters of a DNS subdomain.)
+            Value::String(name) => (!name.is_empty()
+                && name.len() <= 253
+                && name.bytes().all(|b| {
+                    b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.'
+                })
+                && host_name(name, namespace, tenant) == word)
+                .then(|| name.clone()),
+            Value::Array(items) => items.iter().find_map(|v| find(v, namespace, tenant, word)),
+            Value::Object(m) => m.values().find_map(|v| find(v, namespace, tenant, word)),
+            _ => None,
+        }
+    }
+    find(object, namespace, tenant, word).map(|name| (namespace.to_string(), name))
+}
+
 /// The suffix of a host pod's token Secret name.
 pub const TOKEN_SECRET_SUFFIX: &str = "-token";
 
@@ -168,6 +197,32 @@ pub fn string_map(v: &Value) -> BTreeMap<String, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_hashed_name_reads_back_through_what_the_object_refers_to() {
+        let claim = format!("data-{}", "d".repeat(60));
+        let spec = json!({"volumes": [{"name": "data",
+            "persistentVolumeClaim": {"claimName": claim}}],
+            "containers": [{"name": "main", "command": ["sh", "-c", "Not A Name"]}]});
+        let word = host_name(&claim, "prod", "a");
+        assert_eq!(word.len(), MAX_NAME, "a hashed host name");
+        assert_eq!(
+            referred_to(&spec, "prod", "a", &word),
+            Some(("prod".to_string(), claim.clone()))
+        );
+        // Not the host name of anything it names in that namespace and tenant.
+        assert_eq!(referred_to(&spec, "prod", "b", &word), None);
+        assert_eq!(referred_to(&spec, "dev", "a", &word), None);
+        assert_eq!(
+            referred_to(&spec, "prod", "a", &host_name("other", "prod", "a")),
+            None
+        );
+        let message = format!("persistentvolumeclaim \"{word}\" not found");
+        assert_eq!(
+            tenant_words_with(&message, "a", &|w| referred_to(&spec, "prod", "a", w)),
+            format!("persistentvolumeclaim \"prod/{claim}\" not found")
+        );
+    }
 
     #[test]
     fn metadata_carries_origin() {

@@ -1068,7 +1068,12 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
         return Ok(());
     }
-    let status = pods::tenant_status(&h, &|w| ctx.hashed_name(w));
+    // (A hashed name in its messages: a host object's, or one its spec names that has none.)
+    let names = |w: &str| {
+        ctx.hashed_name(w)
+            .or_else(|| naming::referred_to(&tpod["spec"], ns, &ctx.tenant, w))
+    };
+    let status = pods::tenant_status(&h, &names);
     if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
         ctx.tenant_status(Kind::Pod, ns, name, status).await?;
     }
@@ -1530,7 +1535,17 @@ async fn event(ctx: &Context, host_ns: &str, name: &str) -> Result<(), Error> {
         return Ok(());
     };
     let api_version = kind.api_resource().api_version;
-    let want = events::tenant_event(&ev, &origin, &api_version, &|w| ctx.hashed_name(w));
+    // (A hashed name in its message: a host object's, or one the object's spec names.)
+    let tobj = ctx
+        .tcache(kind)
+        .and_then(|c| c.get(&origin.namespace, &origin.name));
+    let names = |w: &str| {
+        ctx.hashed_name(w).or_else(|| {
+            let t = tobj.as_deref()?;
+            naming::referred_to(&t["spec"], &origin.namespace, &ctx.tenant, w)
+        })
+    };
+    let want = events::tenant_event(&ev, &origin, &api_version, &names);
     let api = ctx.tenant_api(Kind::Event, &origin.namespace);
     let ename = want["metadata"]["name"].as_str().unwrap_or("").to_string();
     let Ok(data) = serde_json::from_value::<DynamicObject>(want.clone()) else {
