@@ -185,11 +185,13 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     })?;
 
     // A claim no device satisfies: its pod stays Pending, told why (condition and Event).
-    kc_apply_ok(
-        k,
-        &cfg,
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {name: huge}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{cel: {expression: \"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('100Ti'))\"}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {name: waiter}\nspec:\n  resourceClaims: [{name: gpu, resourceClaimName: huge}]\n  containers: [{name: main, image: trainer, resources: {claims: [{name: gpu}]}}]\n",
-    )?;
+    // Claim `claim`, which no device satisfies, and pod `pod` waiting on it.
+    let unsatisfiable = |claim: &str, pod: &str| {
+        format!(
+            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {claim}}}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{{cel: {{expression: \"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('100Ti'))\"}}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}}}\nspec:\n  resourceClaims: [{{name: gpu, resourceClaimName: {claim}}}]\n  containers: [{{name: main, image: trainer, resources: {{claims: [{{name: gpu}}]}}}}]\n"
+        )
+    };
+    kc_apply_ok(k, &cfg, &unsatisfiable("huge", "waiter"))?;
     poll("the waiting pod told why", || {
         let why = kc_ok(
             k,
@@ -222,13 +224,7 @@ fn a_tenant_pod_gets_a_gpu_through_a_claim_template() -> Result<()> {
     // The same under a name too long to be written readably on the host (its host name is
     // hashed): the message names it as the tenant does all the same.
     let long = format!("huge-{}", "g".repeat(50));
-    kc_apply_ok(
-        k,
-        &cfg,
-        &format!(
-            "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata: {{name: {long}}}\nspec:\n  devices:\n    requests:\n    - name: g\n      exactly:\n        deviceClassName: gpu.nvidia.com\n        selectors: [{{cel: {{expression: \"device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('100Ti'))\"}}}}]\n---\napiVersion: v1\nkind: Pod\nmetadata: {{name: waiter-long}}\nspec:\n  resourceClaims: [{{name: gpu, resourceClaimName: {long}}}]\n  containers: [{{name: main, image: trainer, resources: {{claims: [{{name: gpu}}]}}}}]\n"
-        ),
-    )?;
+    kc_apply_ok(k, &cfg, &unsatisfiable(&long, "waiter-long"))?;
     let mut why = String::new();
     poll("the pod of the long-named claim told why", || {
         why = kc_ok(

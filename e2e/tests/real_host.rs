@@ -1455,51 +1455,39 @@ fn queue_reclaim(k: &Kubectl, admin: &Path, tkc: &Path, w: &mut World) -> Result
 fn host_messages_in_tenant_words(k: &Kubectl, tkc: &Path) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let file = dir.path().join("orphan.yaml");
-    std::fs::write(
-        &file,
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: orphan}\nspec:\n  volumes: [{name: data, \
-         persistentVolumeClaim: {claimName: missing}}]\n  containers: [{name: main, image: \
-         busybox:1.36, volumeMounts: [{name: data, mountPath: /data}]}]\n",
-    )?;
-    kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
-    let mut said = String::new();
-    poll("the pod told its claim is missing", 60, || {
-        let pod = get_json(k, tkc, &["get", "pod", "orphan"])?;
-        said = pod["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["type"] == "PodScheduled")
-            .filter_map(|c| c["message"].as_str())
-            .collect();
-        Ok((said.contains("not found"), pod["status"].to_string()))
-    })?;
+    // Pod `pod`, whose claim `claim` does not exist: what the scheduler tells it.
+    let told = |pod: &str, claim: &str| -> Result<String> {
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: v1\nkind: Pod\nmetadata: {{name: {pod}}}\nspec:\n  volumes: [{{name: \
+                 data, persistentVolumeClaim: {{claimName: {claim}}}}}]\n  containers: [{{name: \
+                 main, image: busybox:1.36, volumeMounts: [{{name: data, mountPath: /data}}]}}]\n"
+            ),
+        )?;
+        kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
+        let mut said = String::new();
+        poll(&format!("pod {pod} told its claim is missing"), 60, || {
+            let p = get_json(k, tkc, &["get", "pod", pod])?;
+            said = p["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|c| c["type"] == "PodScheduled")
+                .filter_map(|c| c["message"].as_str())
+                .collect();
+            Ok((said.contains("not found"), p["status"].to_string()))
+        })?;
+        Ok(said)
+    };
+    let said = told("orphan", "missing")?;
     if !said.contains("\"default/missing\"") || said.contains("-x-") {
         bail!("the scheduler's message is not in the tenant's words: {said}");
     }
     // A claim named so long that its host name is hashed (and, missing, has no host copy to
     // look up): read back through the name the pod gives it.
     let long = format!("missing-{}", "m".repeat(56));
-    std::fs::write(
-        &file,
-        format!(
-            "apiVersion: v1\nkind: Pod\nmetadata: {{name: orphan-long}}\nspec:\n  volumes: [{{name: \
-             data, persistentVolumeClaim: {{claimName: {long}}}}}]\n  containers: [{{name: main, \
-             image: busybox:1.36, volumeMounts: [{{name: data, mountPath: /data}}]}}]\n"
-        ),
-    )?;
-    kc_ok(k, tkc, &["apply", "-f", &file.display().to_string()])?;
-    poll("the long-named claim's pod told it is missing", 60, || {
-        let pod = get_json(k, tkc, &["get", "pod", "orphan-long"])?;
-        said = pod["status"]["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|c| c["type"] == "PodScheduled")
-            .filter_map(|c| c["message"].as_str())
-            .collect();
-        Ok((said.contains("not found"), pod["status"].to_string()))
-    })?;
+    let said = told("orphan-long", &long)?;
     if !said.contains(&format!("\"default/{long}\"")) {
         bail!("the scheduler's message names the long claim by its host name: {said}");
     }

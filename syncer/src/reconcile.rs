@@ -116,15 +116,25 @@ impl Context {
         self.host_caches.get(&kind)
     }
 
-    /// The tenant object (namespace, name) whose host copy, of any synced kind, is named `name`
-    /// in the tenant's host namespace, as its origin marks say (for messages that name it by a
-    /// hashed host name, [`naming::tenant_words_with`], which checks the answer).
-    fn hashed_name(&self, name: &str) -> Option<(String, String)> {
-        self.host_caches.values().find_map(|cache| {
-            let host = cache.get(&self.host_namespace, name)?;
-            let o = naming::origin(&host).filter(|o| o.tenant == self.tenant)?;
-            Some((o.namespace, o.name))
-        })
+    /// The tenant object (namespace, name) a message about tenant object `about` (in
+    /// `namespace`, where known) names by hashed host name `name` — for
+    /// [`naming::tenant_words_with`], which checks the answer: the one whose host copy, of any
+    /// synced kind, has that name in the tenant's host namespace, as its origin marks say; or,
+    /// with no host copy (a claim that does not exist yet), one `about`'s spec names.
+    fn hashed_name(
+        &self,
+        name: &str,
+        about: Option<&Value>,
+        namespace: &str,
+    ) -> Option<(String, String)> {
+        self.host_caches
+            .values()
+            .find_map(|cache| {
+                let host = cache.get(&self.host_namespace, name)?;
+                let o = naming::origin(&host).filter(|o| o.tenant == self.tenant)?;
+                Some((o.namespace, o.name))
+            })
+            .or_else(|| naming::referred_to(&about?["spec"], namespace, &self.tenant, name))
     }
 
     /// The tenant's ReferenceGrants (none while its routes are not synced).
@@ -682,7 +692,9 @@ async fn simple(ctx: &Context, kind: Kind, ns: &str, name: &str) -> Result<(), E
             };
             // Its messages name the tenant's objects as the tenant knows them.
             let mut status = status;
-            naming::tenant_messages(&mut status, &ctx.tenant, &|w| ctx.hashed_name(w));
+            naming::tenant_messages(&mut status, &ctx.tenant, &|w| {
+                ctx.hashed_name(w, tobj.as_deref(), ns)
+            });
             let current = tobj.as_deref().map(|t| &t["status"]);
             if !status.is_empty()
                 && !contains(
@@ -1012,7 +1024,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                 Kind::Pod,
                 ns,
                 name,
-                pods::tenant_status(&h, &|w| ctx.hashed_name(w)),
+                pods::tenant_status(&h, &|w| ctx.hashed_name(w, Some(&tpod), ns)),
             )
             .await?;
         }
@@ -1060,7 +1072,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
                 &message,
             )
             .await?;
-            let mut status = pods::tenant_status(&h, &|w| ctx.hashed_name(w));
+            let mut status = pods::tenant_status(&h, &|w| ctx.hashed_name(w, Some(&tpod), ns));
             status.insert("phase".into(), json!("Failed"));
             status.insert("reason".into(), json!("Preempted"));
             status.insert("message".into(), json!(message));
@@ -1068,12 +1080,7 @@ async fn pod(ctx: &Context, ns: &str, name: &str) -> Result<(), Error> {
         }
         return Ok(());
     }
-    // (A hashed name in its messages: a host object's, or one its spec names that has none.)
-    let names = |w: &str| {
-        ctx.hashed_name(w)
-            .or_else(|| naming::referred_to(&tpod["spec"], ns, &ctx.tenant, w))
-    };
-    let status = pods::tenant_status(&h, &names);
+    let status = pods::tenant_status(&h, &|w| ctx.hashed_name(w, Some(&tpod), ns));
     if !status.is_empty() && !contains(&tpod["status"], &Value::Object(status.clone())) {
         ctx.tenant_status(Kind::Pod, ns, name, status).await?;
     }
@@ -1535,15 +1542,12 @@ async fn event(ctx: &Context, host_ns: &str, name: &str) -> Result<(), Error> {
         return Ok(());
     };
     let api_version = kind.api_resource().api_version;
-    // (A hashed name in its message: a host object's, or one the object's spec names.)
-    let tobj = ctx
-        .tcache(kind)
-        .and_then(|c| c.get(&origin.namespace, &origin.name));
+    // (The object it is about is looked up only for a hashed name in its message.)
     let names = |w: &str| {
-        ctx.hashed_name(w).or_else(|| {
-            let t = tobj.as_deref()?;
-            naming::referred_to(&t["spec"], &origin.namespace, &ctx.tenant, w)
-        })
+        let about = ctx
+            .tcache(kind)
+            .and_then(|c| c.get(&origin.namespace, &origin.name));
+        ctx.hashed_name(w, about.as_deref(), &origin.namespace)
     };
     let want = events::tenant_event(&ev, &origin, &api_version, &names);
     let api = ctx.tenant_api(Kind::Event, &origin.namespace);
